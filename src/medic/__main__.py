@@ -1,0 +1,5 @@
+"""``python -m medic`` runs the CLI."""
+
+from medic.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Typed settings: defaults < YAML file < ``MEDIC_*`` environment < command-line overrides."""

@@ -1,0 +1,116 @@
+"""Settings: nested frozen dataclasses, one docstring per field (unit, default, why).
+
+``docs/configuration.md`` is generated from these docstrings (``medic config reference``) and a
+test fails when a field is undocumented or the page is stale. Nothing here reads the environment;
+``medic.config.loading`` builds a :class:`Settings` from the layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from medic.domain.cluster import Mode
+
+__all__ = [
+    "ApiSettings",
+    "DetectSettings",
+    "LoopSettings",
+    "PolicySettings",
+    "SchedulerSettings",
+    "Settings",
+    "SimSettings",
+    "StoreSettings",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    url: str = ""
+    """SQLAlchemy database URL. Empty: a SQLite file ``medic.db`` under the user's state
+    directory. ``postgresql+psycopg://...`` and ``mysql+pymysql://...`` are supported too.
+    Env: ``MEDIC_DATABASE_URL`` (or ``MEDIC_STORE_URL``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    kind: str = "sim"
+    """Which scheduler adapter to use: ``sim`` (built-in simulated cluster)."""
+    cluster: str = "sim"
+    """Name of the cluster, as shown in the API, the audit trail and metrics."""
+    mode: Mode = Mode.OBSERVE
+    """``observe`` only recommends; ``act`` also issues scheduler commands. A job's comment can
+    override it (``{"medic": {"mode": "act"}}``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    nodes: int = 32
+    """Number of simulated nodes (8 GPUs each)."""
+    partitions: int = 2
+    """Number of partitions the simulated nodes are split across."""
+    seed: int = 1
+    """Random seed; the same seed and the same clock readings give the same run."""
+    iteration_seconds: float = 0.5
+    """Seconds one training iteration takes on a healthy node."""
+    checkpoint_every: int = 10
+    """Iterations between checkpoints."""
+    nccl_timeout_seconds: float = 30.0
+    """Seconds until surviving ranks report an NCCL watchdog timeout after a peer died (real
+    PyTorch: 600)."""
+    startup_seconds: float = 1.0
+    """Seconds from allocation to the first iteration (process start and checkpoint load)."""
+    node_repair_seconds: float = 60.0
+    """Seconds after which a node broken by an injected hardware fault is healthy again (stands
+    in for the repair that the node auto-repair issue automates)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectSettings:
+    hang_k: float = 4.0
+    """A job hangs after ``max(hang_k x p95 progress interval, hang_floor_seconds)`` without
+    progress."""
+    hang_floor_seconds: float = 60.0
+    """Lower bound of the hang threshold in seconds (far below the 600 s NCCL watchdog)."""
+    straggler_drop: float = 0.2
+    """Relative throughput drop against the job's own baseline that counts as slow (0.2 = 20%)."""
+    straggler_seconds: float = 300.0
+    """How long the drop must last, in seconds, before it is reported."""
+    settle_seconds: float = 0.5
+    """Seconds to wait after the first fatal detection of an attempt for evidence from other
+    nodes before attributing; the earliest root cause still wins."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    max_attempts_without_progress: int = 3
+    """Stop a job when its last N attempts saved no new checkpoint."""
+    restart_on_straggler: bool = False
+    """Requeue a job (excluding the slow node) when a straggler is found, instead of only
+    excluding the node at the next restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    interval_seconds: float = 0.2
+    """Seconds between control-loop passes."""
+    error_backoff_seconds: float = 5.0
+    """How long a job whose evaluation raised is skipped before it is evaluated again."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    host: str = "127.0.0.1"
+    """Address ``medic serve`` binds; loopback unless told otherwise."""
+    port: int = 8765
+    """TCP port of the HTTP API."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    store: StoreSettings = field(default_factory=StoreSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    sim: SimSettings = field(default_factory=SimSettings)
+    detect: DetectSettings = field(default_factory=DetectSettings)
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    loop: LoopSettings = field(default_factory=LoopSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)

@@ -1,0 +1,287 @@
+"""Typed ports: the small interfaces the control loop depends on.
+
+Each port has a real adapter and a fake or simulator next to it. Adapters raise only
+``medic.errors`` exceptions: ``TransientError`` for "try again", ``PermanentError`` /
+``NotFoundError`` for "this will not work", so the loop can decide without parsing messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from medic.domain.actions import ActionRecord, ActionStatus
+from medic.domain.advice import Advice, AdviceRequest, Reconciliation
+from medic.domain.attempts import Attempt, Progress
+from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.cluster import Job, Node
+from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.faults import FaultKind, FaultRecord
+from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.logs import LogLine
+
+__all__ = [
+    "AuditQuery",
+    "Clock",
+    "Diagnoser",
+    "FaultInjector",
+    "LogSource",
+    "Metrics",
+    "NodeProvider",
+    "Scheduler",
+    "Store",
+]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Source of the current time (UTC, timezone-aware). Tests inject a fake one."""
+
+    def now(self) -> datetime: ...
+
+
+class Scheduler(Protocol):
+    """One cluster's workload manager (sim, Slurm; Kubernetes later).
+
+    Mutating calls are idempotent at the level of state: holding a held job, releasing a running
+    job or draining a drained node is not an error. Every method may raise ``TransientError``
+    (scheduler unreachable, busy) and the mutating ones ``NotFoundError`` for an unknown id.
+    """
+
+    @property
+    def cluster(self) -> ClusterName: ...
+
+    def list_nodes(self) -> Sequence[Node]:
+        """All nodes with their current state."""
+        ...
+
+    def list_jobs(self) -> Sequence[Job]:
+        """Jobs medic should watch: pending, running and recently ended ones."""
+        ...
+
+    def get_job(self, job_id: JobId) -> Job:
+        """Fresh state of one job. Raises ``NotFoundError`` when the scheduler forgot it."""
+        ...
+
+    def requeue_hold(self, job_id: JobId) -> None:
+        """Stop the job's current attempt and put it back in the queue, held.
+
+        The job's restart count grows by one; it will not start until :meth:`release`.
+        """
+        ...
+
+    def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
+        """Replace the set of nodes the job must not run on (only while pending)."""
+        ...
+
+    def release(self, job_id: JobId) -> None:
+        """Let a held job be scheduled again."""
+        ...
+
+    def cancel(self, job_id: JobId, reason: str) -> None:
+        """Stop the job for good."""
+        ...
+
+    def drain_node(self, node: NodeName, reason: str) -> None:
+        """Stop new work on a node. ``reason`` starts with ``medic:`` when medic drains."""
+        ...
+
+    def resume_node(self, node: NodeName, reason: str) -> None:
+        """Return a node drained by medic to service. Never used on others' drains."""
+        ...
+
+
+class LogSource(Protocol):
+    """New log lines since the previous call: job output and node kernel logs.
+
+    The source keeps its own cursor (and may persist it through the store) so a line is returned
+    once. It never raises on malformed content: undecodable bytes are replaced, not dropped.
+    """
+
+    def read_new(self, jobs: Sequence[Job]) -> Sequence[LogLine]:
+        """Lines since the last call; ``jobs`` tells a tailing source what to follow."""
+        ...
+
+
+class NodeProvider(Protocol):
+    """Machine-level operations below the scheduler (reboot, power-cycle, reprovision)."""
+
+    def reboot(self, node: NodeName, reason: str) -> None: ...
+
+    def boot_id(self, node: NodeName) -> str:
+        """An id that changes at every boot; guards power-cycles against double execution."""
+        ...
+
+
+class Diagnoser(Protocol):
+    """Turns log lines into detections. The diagnosis engine (issue 3) replaces the first one.
+
+    Pure: no I/O, no clock reads. Never raises on any input text.
+    """
+
+    def scan(self, lines: Sequence[LogLine]) -> list[Detection]:
+        """Detections for the lines that match a signature, in input order.
+
+        ``attempt`` on each detection is -1: the caller knows the job's current attempt.
+        """
+        ...
+
+
+class AuditQuery(Protocol):
+    """Read side of the audit trail (separate so read-only consumers need no write access)."""
+
+    def query_audit(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        job_id: JobId | None = None,
+        subject_type: str | None = None,
+        subject_id: str | None = None,
+        kind: AuditKind | None = None,
+        actor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEvent]:
+        """Events matching every given filter, oldest first, ``id > after_id`` (cursor)."""
+        ...
+
+
+class Store(AuditQuery, Protocol):
+    """Durable state: clusters, nodes, jobs, attempts, detections, verdicts, advice, actions, audit.
+
+    Raises ``StoreError`` when the database fails and ``ConflictError`` when a compare-and-set
+    loses. Audit events are append-only: no method updates or deletes them.
+    """
+
+    # --- inventory -------------------------------------------------------------------------
+    def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None: ...
+
+    def sync_nodes(self, cluster: ClusterName, nodes: Sequence[Node], now: datetime) -> None:
+        """Upsert the nodes' current state."""
+        ...
+
+    def sync_jobs(self, cluster: ClusterName, jobs: Sequence[Job], now: datetime) -> None:
+        """Upsert the jobs' current state and open the attempt ``job.restart_count`` when the job
+        runs on nodes (recording its nodes and start); close an attempt whose job has ended."""
+        ...
+
+    def list_nodes(self, cluster: ClusterName | None = None) -> list[Node]: ...
+
+    def list_jobs(self, cluster: ClusterName | None = None) -> list[Job]: ...
+
+    def get_job(self, cluster: ClusterName, job_id: JobId) -> Job | None: ...
+
+    def list_attempts(self, cluster: ClusterName, job_id: JobId) -> list[Attempt]:
+        """The job's attempts, oldest first."""
+        ...
+
+    def update_progress(
+        self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
+    ) -> None:
+        """Replace the progress recorded for one attempt (creating the attempt row if needed)."""
+        ...
+
+    # --- diagnosis -------------------------------------------------------------------------
+    def add_detections(self, cluster: ClusterName, detections: Sequence[Detection]) -> None: ...
+
+    def list_detections(
+        self, cluster: ClusterName, job_id: JobId, attempt: int | None = None
+    ) -> list[Detection]: ...
+
+    def add_verdict(self, cluster: ClusterName, verdict: Verdict) -> int: ...
+
+    def list_verdicts(self, cluster: ClusterName, job_id: JobId) -> list[Verdict]: ...
+
+    # --- advice ----------------------------------------------------------------------------
+    def publish_advice(self, request: AdviceRequest, now: datetime) -> Advice:
+        """Store the decision as the job's advice.
+
+        The same decision again (same attempt, action and exclusions) returns the stored advice
+        unchanged; a different one raises the generation by one and resets the status to PENDING.
+        """
+        ...
+
+    def get_advice(self, advice_id: AdviceId) -> Advice | None: ...
+
+    def advice_for_job(self, cluster: ClusterName, job_id: JobId) -> Advice | None: ...
+
+    def list_advice(
+        self, *, cluster: ClusterName | None = None, active_only: bool = False
+    ) -> list[Advice]: ...
+
+    def report_reconciliation(
+        self,
+        advice_id: AdviceId,
+        observed_generation: int,
+        status: Reconciliation,
+        reason: str,
+        now: datetime,
+    ) -> Advice:
+        """Record a controller's report for ``observed_generation``.
+
+        Raises ``NotFoundError`` for an unknown advice, ``ConflictError`` when the generation is
+        no longer current (a newer decision superseded it) and ``InputError`` for a generation
+        that was never published.
+        """
+        ...
+
+    # --- scheduler actions -----------------------------------------------------------------
+    def begin_action(self, record: ActionRecord) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists."""
+        ...
+
+    def get_action(self, key: str) -> ActionRecord | None: ...
+
+    def finish_action(
+        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+    ) -> None: ...
+
+    def list_actions(
+        self, cluster: ClusterName | None = None, job_id: JobId | None = None
+    ) -> list[ActionRecord]: ...
+
+    # --- audit -----------------------------------------------------------------------------
+    def append_audit(self, event: AuditEvent) -> int:
+        """Append one audit event and return its id."""
+        ...
+
+    # --- cursors ---------------------------------------------------------------------------
+    def get_cursor(self, source: str) -> str | None:
+        """A log source's saved position (e.g. file offsets), so restarts resume, not rescan."""
+        ...
+
+    def set_cursor(self, source: str, value: str) -> None: ...
+
+
+class FaultInjector(Protocol):
+    """Injects faults into a cluster and reports what it injected (simulator, test harness)."""
+
+    def inject(
+        self, kind: FaultKind, job_id: JobId | None = None, node: NodeName | None = None
+    ) -> FaultRecord:
+        """Inject ``kind`` into a running job (any one when None) on ``node`` (one of the job's
+        nodes when None). Raises ``PermanentError`` when no running job can take the fault."""
+        ...
+
+    def faults(self) -> list[FaultRecord]:
+        """Every fault injected so far, oldest first."""
+        ...
+
+
+class Metrics(Protocol):
+    """Where the loop reports counters and latencies (Prometheus in production)."""
+
+    def detection(self, cluster: ClusterName, signature_id: str) -> None: ...
+
+    def detection_latency(self, seconds: float) -> None:
+        """Seconds from a line being emitted to its detection being stored."""
+        ...
+
+    def action_latency(self, seconds: float) -> None:
+        """Seconds from the deciding detection being stored to the scheduler action done."""
+        ...
+
+    def advice(self, cluster: ClusterName, action: str) -> None: ...

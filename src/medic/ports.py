@@ -15,7 +15,7 @@ from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceRequest, Reconciliation
 from medic.domain.attempts import Attempt, Progress
 from medic.domain.audit import AuditEvent, AuditKind
-from medic.domain.cluster import Job, Node
+from medic.domain.cluster import Job, JobSpec, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
@@ -31,6 +31,7 @@ __all__ = [
     "NodeProvider",
     "Scheduler",
     "Store",
+    "Workload",
 ]
 
 
@@ -285,3 +286,9 @@ class Metrics(Protocol):
         ...
 
     def advice(self, cluster: ClusterName, action: str) -> None: ...
+
+
+class Workload(Protocol):
+    """Submits training jobs (simulator, or sbatch on a real cluster)."""
+
+    def submit(self, spec: JobSpec) -> JobId: ...

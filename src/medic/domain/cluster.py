@@ -12,7 +12,7 @@ from datetime import datetime
 
 from medic.domain.ids import ClusterName, JobId, NodeName
 
-__all__ = ["Job", "JobState", "Mode", "Node", "NodeState", "is_medic_reason"]
+__all__ = ["Job", "JobSpec", "JobState", "Mode", "Node", "NodeState", "is_medic_reason"]
 
 MEDIC_REASON_PREFIX = "medic:"
 
@@ -112,3 +112,15 @@ class Job:
     log_paths: tuple[str, ...] = ()
     options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
     """Parsed medic options from the comment (empty when none or invalid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What to submit: a distributed training job (used by the demo, benchmarks and tests)."""
+
+    name: str
+    num_nodes: int
+    partition: str | None = None
+    comment: str | None = None
+    train_iters: int = 100_000
+    """Iterations until the job completes."""

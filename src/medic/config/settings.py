@@ -48,6 +48,10 @@ class SimSettings:
     """Number of simulated nodes (8 GPUs each)."""
     partitions: int = 2
     """Number of partitions the simulated nodes are split across."""
+    jobs: int = 6
+    """Training jobs submitted when the simulated cluster starts (``serve``, ``demo``)."""
+    nodes_per_job: int = 4
+    """Nodes each of those jobs asks for."""
     seed: int = 1
     """Random seed; the same seed and the same clock readings give the same run."""
     iteration_seconds: float = 0.5

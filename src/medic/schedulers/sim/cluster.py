@@ -1,0 +1,389 @@
+"""The simulated GPU cluster: nodes, jobs, FIFO scheduling and every operation the ports expose.
+
+:class:`SimCluster` holds all state. Each public method first advances the simulation to the
+injected clock's ``now()`` (see :mod:`medic.schedulers.sim.events`), then acts at that instant.
+The port facades (:mod:`medic.schedulers.sim.adapters`) are attributes of the cluster::
+
+    sim = SimCluster(clock, SimSettings(nodes=32))
+    job_id = sim.workload.submit(JobSpec("pretrain", num_nodes=4))
+    ...  # time passes on the clock
+    sim.fault_injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id)
+    lines = sim.logs.read_new(sim.scheduler.list_jobs())
+
+Nodes ``node001``... (zero-padded to at least three digits, wider on clusters of 1,000 nodes or
+more so names sort) are split into partitions ``p0``... in contiguous blocks, so a multi-node job
+gets neighbouring nodes. Scheduling is FIFO by submission order, first fit: a job that does not fit
+now does not block the jobs behind it. A job submitted without a partition goes to ``p0``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import heapq
+import random
+import threading
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
+
+from medic.config.settings import SimSettings
+from medic.domain.cluster import Job, JobSpec, JobState, Node
+from medic.domain.faults import FaultKind, FaultRecord
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.logs import LogLine
+from medic.errors import ConfigError, NotFoundError, PermanentError
+from medic.ports import Clock
+from medic.schedulers.sim import faults
+from medic.schedulers.sim.adapters import (
+    SimFaultInjector,
+    SimLogSource,
+    SimNodeProvider,
+    SimScheduler,
+    SimWorkload,
+)
+from medic.schedulers.sim.events import EventQueue, LineBuffer
+from medic.schedulers.sim.state import SimJob, SimNode
+from medic.schedulers.sim.training import Training
+
+__all__ = ["NOT_RESPONDING", "REBOOT_SECONDS", "RETENTION_SECONDS", "SimCluster"]
+
+RETENTION_SECONDS = 600.0
+"""How long an ended job stays in ``list_jobs`` (and ``get_job``) so medic sees its final state."""
+REBOOT_SECONDS = 5.0
+"""How long a reboot keeps a node DOWN."""
+NOT_RESPONDING = "Not responding"
+"""Down reason of a failed node, as Slurm reports it."""
+
+_REQUEUEABLE = frozenset(
+    {JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT, JobState.PREEMPTED}
+)
+_SIM = ClusterName("sim")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _public(
+    method: Callable[Concatenate[SimCluster, _P], _R],
+) -> Callable[Concatenate[SimCluster, _P], _R]:
+    """Every public operation: under the lock, after advancing to the clock's now, and followed
+    by a scheduling pass (what it changed may let a pending job start at once)."""
+
+    @functools.wraps(method)
+    def wrapper(self: SimCluster, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            self._advance()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._schedule_if_dirty()
+
+    return wrapper
+
+
+class SimCluster:
+    """A deterministic simulated cluster driven by an injected clock."""
+
+    def __init__(self, clock: Clock, settings: SimSettings, cluster: ClusterName = _SIM) -> None:
+        _validate(settings)
+        self.clock = clock
+        self.settings = settings
+        self.cluster = cluster
+        self.events = EventQueue(clock.now())
+        self.lines = LineBuffer(self.events)
+        self.training = Training(self.events, self.lines, settings, self._attempt_ended)
+        self.fault_rng = random.Random(f"{settings.seed}:faults")
+        self.fault_records: list[FaultRecord] = []
+        self.partitions = tuple(f"p{i}" for i in range(settings.partitions))
+        self.nodes: dict[NodeName, SimNode] = {}
+        # Free nodes per partition, kept up to date by _touch: scheduling never scans the cluster.
+        self._free: dict[str, set[SimNode]] = {p: set() for p in self.partitions}
+        self._size = dict.fromkeys(self.partitions, 0)
+        width = max(3, len(str(settings.nodes)))
+        for i in range(settings.nodes):
+            part = self.partitions[i * settings.partitions // settings.nodes]
+            node = SimNode(NodeName(f"node{i + 1:0{width}d}"), i, part, settings.seed)
+            self.nodes[node.name] = node
+            self._free[part].add(node)
+            self._size[part] += 1
+        self.jobs: dict[JobId, SimJob] = {}
+        self._queue: list[SimJob] = []
+        """Pending jobs (held or not) in FIFO order."""
+        self._dirty = False
+        """Something changed that may let a pending job start."""
+        self._next_order = 0
+        self._node_list: list[Node] | None = None
+        """Cached ``list_nodes`` answer; dropped whenever a node changes."""
+        # The demo's API thread and the control loop may call in concurrently.
+        self._lock = threading.RLock()
+        self.scheduler = SimScheduler(self)
+        self.logs = SimLogSource(self)
+        self.node_provider = SimNodeProvider(self)
+        self.fault_injector = SimFaultInjector(self)
+        self.workload = SimWorkload(self)
+
+    # --- time -------------------------------------------------------------------------------
+    def advance(self) -> None:
+        """Process everything due up to the clock's now (a clock going backwards is ignored)."""
+        with self._lock:
+            self._advance()
+
+    def _advance(self) -> None:
+        self.events.run_until(self.events.seconds(self.clock.now()), self._schedule_if_dirty)
+        self._schedule_if_dirty()
+
+    # --- workload and queries ---------------------------------------------------------------
+    @_public
+    def submit(self, spec: JobSpec) -> JobId:
+        partition = spec.partition or self.partitions[0]
+        if partition not in self._size:
+            raise PermanentError(f"unknown partition {partition!r}")
+        if not 1 <= spec.num_nodes <= self._size[partition]:
+            raise PermanentError(
+                f"{spec.num_nodes} nodes requested; partition {partition} has "
+                f"{self._size[partition]}"
+            )
+        if spec.train_iters < 1:
+            raise PermanentError("train_iters must be at least 1")
+        self._next_order += 1
+        job_id = JobId(str(self._next_order))
+        job = SimJob(
+            id=job_id,
+            name=spec.name,
+            partition=partition,
+            num_nodes=spec.num_nodes,
+            train_iters=spec.train_iters,
+            comment=spec.comment,
+            order=self._next_order,
+            submit_time=self.events.when(),
+            rng=random.Random(f"{self.settings.seed}:job:{job_id}"),
+        )
+        self.jobs[job_id] = job
+        self._queue.append(job)
+        self._dirty = True
+        return job_id
+
+    @_public
+    def list_nodes(self) -> list[Node]:
+        if self._node_list is None:
+            self._node_list = [n.to_domain() for n in self.nodes.values()]
+        return list(self._node_list)
+
+    @_public
+    def list_jobs(self) -> list[Job]:
+        return [j.to_domain(self.cluster) for j in self.jobs.values()]
+
+    @_public
+    def get_job(self, job_id: JobId) -> Job:
+        return self.job(job_id).to_domain(self.cluster)
+
+    @_public
+    def read_new(self) -> list[LogLine]:
+        return self.lines.drain()
+
+    # --- scheduler actions ------------------------------------------------------------------
+    @_public
+    def requeue_hold(self, job_id: JobId) -> None:
+        job = self.job(job_id)
+        if job.state is JobState.PENDING:
+            job.held = True
+            return
+        if job.state is JobState.RUNNING:
+            job.held = True
+            job.restart_count += 1
+            self.training.stop(job, JobState.PENDING)
+        elif job.state in _REQUEUEABLE:
+            job.held = True
+            job.restart_count += 1
+            job.run += 1  # forget the retention timer of the ended attempt
+            job.state = JobState.PENDING
+            job.nodes = ()
+            job.start_time = job.end_time = job.exit_code = None
+            self._enqueue(job)
+        else:
+            raise PermanentError(f"job {job_id} is {job.state.value}; it cannot be requeued")
+
+    @_public
+    def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
+        job = self.job(job_id)
+        if job.state is not JobState.PENDING:
+            raise PermanentError(
+                f"job {job_id} is {job.state.value}; excluded nodes change only while pending"
+            )
+        job.excluded = frozenset(nodes)
+        self._dirty = True
+
+    @_public
+    def release(self, job_id: JobId) -> None:
+        job = self.job(job_id)
+        if job.state is JobState.PENDING and job.held:
+            job.held = False
+            self._dirty = True
+
+    @_public
+    def cancel(self, job_id: JobId, reason: str) -> None:
+        # ``reason`` only matters for a real scheduler's records; the sim keeps none.
+        job = self.job(job_id)
+        if job.state is JobState.RUNNING:
+            self.training.stop(job, JobState.CANCELLED)
+        elif job.state is JobState.PENDING:
+            job.run += 1
+            job.state = JobState.CANCELLED
+            job.end_time = self.events.when()
+            self._attempt_ended(job, ())
+
+    @_public
+    def drain_node(self, node: NodeName, reason: str) -> None:
+        sim_node = self.node(node)
+        sim_node.drain_reason = reason
+        self._touch(sim_node)
+
+    @_public
+    def resume_node(self, node: NodeName, reason: str) -> None:
+        sim_node = self.node(node)
+        sim_node.drain_reason = None
+        self._touch(sim_node)
+
+    # --- node provider ----------------------------------------------------------------------
+    @_public
+    def reboot(self, node: NodeName, reason: str) -> None:
+        """Power-cycle: a job running there dies (NODE_FAIL), the node is DOWN for
+        ``REBOOT_SECONDS``, then healthy (hardware faults and slowness gone) with a new boot id.
+        A drain survives the reboot, as in Slurm. Rebooting a rebooting node does nothing."""
+        sim_node = self.node(node)
+        if sim_node.rebooting:
+            return
+        sim_node.rebooting = True
+        sim_node.repair_gen += 1
+        sim_node.down_reason = reason or "reboot"
+        if sim_node.job is not None:
+            self.training.stop(sim_node.job, JobState.NODE_FAIL)
+        self._touch(sim_node)
+        self.events.after(REBOOT_SECONDS, self._booted, sim_node)
+
+    @_public
+    def boot_id(self, node: NodeName) -> str:
+        return self.node(node).boot_id
+
+    # --- faults -----------------------------------------------------------------------------
+    @_public
+    def inject(
+        self, kind: FaultKind, job_id: JobId | None = None, node: NodeName | None = None
+    ) -> FaultRecord:
+        record = faults.inject(self, kind, job_id, node)
+        self.fault_records.append(record)
+        return record
+
+    @_public
+    def faults(self) -> list[FaultRecord]:
+        return list(self.fault_records)
+
+    def break_node(self, node: SimNode, kind: FaultKind) -> None:
+        """Leave ``node`` broken by a hardware fault until repaired or rebooted."""
+        node.broken = kind
+        node.repair_gen += 1
+        if kind is FaultKind.NODE_FAIL:
+            node.down_reason = NOT_RESPONDING
+            self._touch(node)
+        self.events.after(self.settings.node_repair_seconds, self._repaired, node, node.repair_gen)
+
+    # --- lookups ----------------------------------------------------------------------------
+    def job(self, job_id: JobId) -> SimJob:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise NotFoundError(f"no job {job_id} in cluster {self.cluster}") from None
+
+    def node(self, node: NodeName) -> SimNode:
+        try:
+            return self.nodes[node]
+        except KeyError:
+            raise NotFoundError(f"no node {node} in cluster {self.cluster}") from None
+
+    # --- internals --------------------------------------------------------------------------
+    def _touch(self, node: SimNode) -> None:
+        """Keep the free-node index and the node listing in step with ``node`` after any change
+        to it (every change of a node's state or reason goes through here or _try_start)."""
+        self._node_list = None
+        if node.is_free:
+            self._free[node.partition].add(node)
+            self._dirty = True
+        else:
+            self._free[node.partition].discard(node)
+
+    def _enqueue(self, job: SimJob) -> None:
+        bisect.insort(self._queue, job, key=lambda j: j.order)
+        self._dirty = True
+
+    def _attempt_ended(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:
+        for node in nodes:
+            self._touch(node)
+        if job.state is JobState.PENDING:
+            self._enqueue(job)
+        elif job.state.is_terminal:
+            self.events.after(RETENTION_SECONDS, self._forget, job, job.run)
+
+    def _forget(self, job: SimJob, run: int) -> None:
+        if job.run == run and job.state.is_terminal:
+            del self.jobs[job.id]
+
+    def _repaired(self, node: SimNode, gen: int) -> None:
+        if node.repair_gen != gen:
+            return
+        node.broken = None
+        if node.down_reason == NOT_RESPONDING:
+            node.down_reason = None
+        self._touch(node)
+
+    def _booted(self, node: SimNode) -> None:
+        node.rebooting = False
+        node.repair_gen += 1
+        node.broken = None
+        node.slow = False
+        node.down_reason = None
+        node.boot_count += 1
+        self._touch(node)
+
+    def _schedule_if_dirty(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        waiting: list[SimJob] = []
+        for job in self._queue:
+            if job.state is not JobState.PENDING:
+                continue  # cancelled while queued
+            if job.held or not self._try_start(job):
+                waiting.append(job)
+        self._queue = waiting
+
+    def _try_start(self, job: SimJob) -> bool:
+        free = self._free[job.partition]
+        if len(free) < job.num_nodes:
+            return False
+        excluded = job.excluded
+        usable = [n for n in free if n.name not in excluded] if excluded else free
+        if len(usable) < job.num_nodes:
+            return False
+        # Lowest indices first: deterministic whatever the set's order, and contiguous blocks.
+        chosen = tuple(heapq.nsmallest(job.num_nodes, usable, key=lambda n: n.index))
+        for node in chosen:
+            node.job = job
+            free.discard(node)
+        self._node_list = None
+        self.training.start(job, chosen)
+        return True
+
+
+def _validate(s: SimSettings) -> None:
+    checks = [
+        ("sim.nodes", s.nodes >= 1, "must be at least 1"),
+        ("sim.partitions", 1 <= s.partitions <= s.nodes, "must be between 1 and sim.nodes"),
+        ("sim.iteration_seconds", s.iteration_seconds > 0, "must be positive"),
+        ("sim.checkpoint_every", s.checkpoint_every >= 1, "must be at least 1"),
+        ("sim.nccl_timeout_seconds", s.nccl_timeout_seconds >= 0, "must not be negative"),
+        ("sim.startup_seconds", s.startup_seconds >= 0, "must not be negative"),
+        ("sim.node_repair_seconds", s.node_repair_seconds >= 0, "must not be negative"),
+    ]
+    for setting, ok, message in checks:
+        if not ok:
+            raise ConfigError(setting, message)

@@ -1,0 +1,177 @@
+"""``SqlStore``: the ``medic.ports.Store`` implementation on SQLAlchemy Core.
+
+This class is a thin facade: the work lives in ``sql_inventory`` (clusters, nodes, jobs,
+attempts), ``sql_diagnosis`` (detections, verdicts), ``sql_advice`` (advice, scheduler actions)
+and ``sql_audit`` (audit trail, cursors), all on one :class:`~medic.store.db.Database`.
+
+One instance is safe to share between threads (control loop, API workers): every call takes its
+own pooled connection and transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.engine import Engine
+
+from medic.domain.actions import ActionRecord, ActionStatus
+from medic.domain.advice import Advice, AdviceRequest, Reconciliation
+from medic.domain.attempts import Attempt, Progress
+from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.cluster import Job, Node
+from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.ids import AdviceId, ClusterName, JobId
+from medic.store import sql_advice, sql_audit, sql_diagnosis
+from medic.store.db import Database
+from medic.store.sql_inventory import Inventory
+
+__all__ = ["SqlStore"]
+
+
+class SqlStore:
+    """Durable state in SQLite, PostgreSQL or MySQL/MariaDB (see ``medic.ports.Store``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap a ready engine; the schema must be migrated (``create_store`` does both)."""
+        self._db = Database(engine)
+        self._inventory = Inventory(self._db)
+
+    @property
+    def url(self) -> str:
+        """The database URL with the password masked."""
+        return self._db.url
+
+    def close(self) -> None:
+        """Close all pooled connections; the store must not be used afterwards."""
+        self._db.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"SqlStore({self._db.url!r})"
+
+    # --- inventory -------------------------------------------------------------------------
+    def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None:
+        self._inventory.ensure_cluster(cluster, scheduler)
+
+    def sync_nodes(self, cluster: ClusterName, nodes: Sequence[Node], now: datetime) -> None:
+        self._inventory.sync_nodes(cluster, nodes, now)
+
+    def sync_jobs(self, cluster: ClusterName, jobs: Sequence[Job], now: datetime) -> None:
+        self._inventory.sync_jobs(cluster, jobs, now)
+
+    def list_nodes(self, cluster: ClusterName | None = None) -> list[Node]:
+        return self._inventory.list_nodes(cluster)
+
+    def list_jobs(self, cluster: ClusterName | None = None) -> list[Job]:
+        return self._inventory.list_jobs(cluster)
+
+    def get_job(self, cluster: ClusterName, job_id: JobId) -> Job | None:
+        return self._inventory.get_job(cluster, job_id)
+
+    def list_attempts(self, cluster: ClusterName, job_id: JobId) -> list[Attempt]:
+        return self._inventory.list_attempts(cluster, job_id)
+
+    def update_progress(
+        self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
+    ) -> None:
+        self._inventory.update_progress(cluster, job_id, attempt, progress)
+
+    # --- diagnosis -------------------------------------------------------------------------
+    def add_detections(self, cluster: ClusterName, detections: Sequence[Detection]) -> None:
+        sql_diagnosis.add_detections(self._db, cluster, detections)
+
+    def list_detections(
+        self, cluster: ClusterName, job_id: JobId, attempt: int | None = None
+    ) -> list[Detection]:
+        return sql_diagnosis.list_detections(self._db, cluster, job_id, attempt)
+
+    def add_verdict(self, cluster: ClusterName, verdict: Verdict) -> int:
+        return sql_diagnosis.add_verdict(self._db, cluster, verdict)
+
+    def list_verdicts(self, cluster: ClusterName, job_id: JobId) -> list[Verdict]:
+        return sql_diagnosis.list_verdicts(self._db, cluster, job_id)
+
+    # --- advice ----------------------------------------------------------------------------
+    def publish_advice(self, request: AdviceRequest, now: datetime) -> Advice:
+        return sql_advice.publish_advice(self._db, request, now)
+
+    def get_advice(self, advice_id: AdviceId) -> Advice | None:
+        return sql_advice.get_advice(self._db, advice_id)
+
+    def advice_for_job(self, cluster: ClusterName, job_id: JobId) -> Advice | None:
+        return sql_advice.advice_for_job(self._db, cluster, job_id)
+
+    def list_advice(
+        self, *, cluster: ClusterName | None = None, active_only: bool = False
+    ) -> list[Advice]:
+        return sql_advice.list_advice(self._db, cluster, active_only)
+
+    def report_reconciliation(
+        self,
+        advice_id: AdviceId,
+        observed_generation: int,
+        status: Reconciliation,
+        reason: str,
+        now: datetime,
+    ) -> Advice:
+        # ``reason`` has no place in Advice; the caller records it in the audit trail.
+        del reason
+        return sql_advice.report_reconciliation(
+            self._db, advice_id, observed_generation, status, now
+        )
+
+    # --- scheduler actions -----------------------------------------------------------------
+    def begin_action(self, record: ActionRecord) -> bool:
+        return sql_advice.begin_action(self._db, record)
+
+    def get_action(self, key: str) -> ActionRecord | None:
+        return sql_advice.get_action(self._db, key)
+
+    def finish_action(
+        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+    ) -> None:
+        sql_advice.finish_action(self._db, key, status, now, error)
+
+    def list_actions(
+        self, cluster: ClusterName | None = None, job_id: JobId | None = None
+    ) -> list[ActionRecord]:
+        return sql_advice.list_actions(self._db, cluster, job_id)
+
+    # --- audit -----------------------------------------------------------------------------
+    def append_audit(self, event: AuditEvent) -> int:
+        return sql_audit.append_audit(self._db, event)
+
+    def query_audit(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        job_id: JobId | None = None,
+        subject_type: str | None = None,
+        subject_id: str | None = None,
+        kind: AuditKind | None = None,
+        actor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEvent]:
+        return sql_audit.query_audit(
+            self._db,
+            cluster=cluster,
+            job_id=job_id,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            kind=kind,
+            actor=actor,
+            since=since,
+            until=until,
+            after_id=after_id,
+            limit=limit,
+        )
+
+    # --- cursors ---------------------------------------------------------------------------
+    def get_cursor(self, source: str) -> str | None:
+        return sql_audit.get_cursor(self._db, source)
+
+    def set_cursor(self, source: str, value: str) -> None:
+        sql_audit.set_cursor(self._db, source, value)

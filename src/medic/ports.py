@@ -287,6 +287,14 @@ class Metrics(Protocol):
 
     def advice(self, cluster: ClusterName, action: str) -> None: ...
 
+    def loop_pass(self, seconds: float) -> None:
+        """Duration of one control-loop pass."""
+        ...
+
+    def loop_error(self, stage: str) -> None:
+        """A pass stage (observe, evaluate, act) failed."""
+        ...
+
 
 class Workload(Protocol):
     """Submits training jobs (simulator, or sbatch on a real cluster)."""

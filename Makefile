@@ -1,0 +1,50 @@
+# medic: `make demo` runs the simulated-cluster demo; `make test` runs every check.
+# Both create .venv and install what they need, on a fresh Debian machine with Python 3.11.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEPS   := pyproject.toml
+
+.PHONY: demo serve test lint typecheck imports pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python $(DEPS)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed $(DEPS)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/medic demo
+
+serve: $(VENV)/.installed
+	$(BIN)/medic serve
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy src/medic
+
+imports: $(VENV)/.installed-dev
+	$(BIN)/lint-imports
+
+pytest: $(VENV)/.installed-dev
+	eval "$$($(BIN)/python tools/test_databases.py)"; \
+	echo "store suite engines: sqlite$${MEDIC_TEST_POSTGRES_URL:+ postgresql}$${MEDIC_TEST_MYSQL_URL:+ mariadb}"; \
+	$(BIN)/pytest
+
+test: lint typecheck imports pytest
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/bench_loop.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,128 @@
+"""Read routes of API v1: jobs, job timelines, nodes, advice and the audit trail.
+
+Thin handlers over the store port; every value is converted to an API schema on the way out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from medic.api.schemas import (
+    ActionOut,
+    AdviceOut,
+    AttemptOut,
+    AuditOut,
+    AuditPage,
+    DetectionOut,
+    JobOut,
+    NodeOut,
+    TimelineOut,
+    VerdictOut,
+)
+from medic.control.services import Services
+from medic.domain.audit import AuditKind
+from medic.domain.cluster import Job
+from medic.domain.ids import ClusterName, JobId
+from medic.errors import InputError, NotFoundError
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1")
+
+MAX_PAGE = 1000
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _find_job(services: Services, job_id: str, cluster: str | None) -> Job:
+    jobs = [
+        j
+        for j in services.store.list_jobs(ClusterName(cluster) if cluster else None)
+        if j.id == job_id
+    ]
+    if not jobs:
+        raise NotFoundError(f"job {job_id!r} is not known to medic; list jobs at /api/v1/jobs")
+    if len(jobs) > 1:
+        names = ", ".join(sorted(j.cluster for j in jobs))
+        raise InputError("cluster", f"job {job_id!r} exists in clusters {names}; pass ?cluster=")
+    return jobs[0]
+
+
+@router.get("/jobs", response_model=list[JobOut])
+def list_jobs(request: Request, cluster: str | None = None) -> list[JobOut]:
+    services = _services(request)
+    name = ClusterName(cluster) if cluster else None
+    advice = {(a.cluster, a.job_id): a for a in services.store.list_advice(cluster=name)}
+    return [JobOut.of(j, advice.get((j.cluster, j.id))) for j in services.store.list_jobs(name)]
+
+
+@router.get("/jobs/{job_id}/timeline", response_model=TimelineOut)
+def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> TimelineOut:
+    """Everything medic saw and did for one job, oldest first."""
+    services = _services(request)
+    job = _find_job(services, job_id, cluster)
+    store, jid = services.store, JobId(job.id)
+    events = store.query_audit(cluster=job.cluster, job_id=jid, limit=MAX_PAGE)
+    return TimelineOut(
+        job=JobOut.of(job, store.advice_for_job(job.cluster, jid)),
+        attempts=[AttemptOut.of(a) for a in store.list_attempts(job.cluster, jid)],
+        detections=[DetectionOut.of(d) for d in store.list_detections(job.cluster, jid)],
+        verdicts=[VerdictOut.of(v) for v in store.list_verdicts(job.cluster, jid)],
+        actions=[ActionOut.of(a) for a in store.list_actions(job.cluster, jid)],
+        events=[AuditOut.of(e) for e in events],
+    )
+
+
+@router.get("/nodes", response_model=list[NodeOut])
+def list_nodes(request: Request, cluster: str | None = None) -> list[NodeOut]:
+    services = _services(request)
+    name = ClusterName(cluster) if cluster else services.cluster
+    return [NodeOut.of(name, n) for n in services.store.list_nodes(name)]
+
+
+@router.get("/advice", response_model=list[AdviceOut])
+def list_advice(
+    request: Request, active: bool = False, cluster: str | None = None
+) -> list[AdviceOut]:
+    """The advice feed; ``active=true`` gives what a controller still has to reconcile."""
+    services = _services(request)
+    name = ClusterName(cluster) if cluster else None
+    return [AdviceOut.of(a) for a in services.store.list_advice(cluster=name, active_only=active)]
+
+
+@router.get("/audit", response_model=AuditPage)
+def query_audit(
+    request: Request,
+    job: str | None = None,
+    cluster: str | None = None,
+    kind: AuditKind | None = None,
+    actor: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    after_id: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> AuditPage:
+    """Audit events matching every filter, oldest first; page with ``after_id``."""
+    services = _services(request)
+    events = services.store.query_audit(
+        cluster=ClusterName(cluster) if cluster else None,
+        job_id=JobId(job) if job else None,
+        kind=kind,
+        actor=actor,
+        since=since,
+        until=until,
+        after_id=after_id,
+        limit=limit + 1,
+    )
+    more = len(events) > limit
+    page = events[:limit]
+    return AuditPage(
+        events=[AuditOut.of(e) for e in page],
+        next_after_id=page[-1].id if more and page else None,
+    )

@@ -1,0 +1,260 @@
+"""The controller: carries out one generation of advice on the scheduler, step by step.
+
+A requeue is three steps (requeue-hold, exclude nodes, release) and a stop is one (cancel). Before
+every step the controller re-reads the job from the scheduler and skips a step whose effect is
+already there, so a controller killed mid-recovery and restarted neither repeats nor skips a step.
+Each step is written to the store under an idempotency key and to the audit trail before it is
+issued and again with its outcome.
+
+Used in-process by the control loop (embedded default); the remote controller of the Slurm issue
+uses the same class over the advice API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
+from medic.domain.advice import Advice, AdviceAction, Reconciliation
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.cluster import Job, JobState
+from medic.errors import NotFoundError, PermanentError, TransientError
+from medic.ports import Clock, Scheduler, Store
+
+__all__ = ["Controller", "Outcome"]
+
+logger = logging.getLogger(__name__)
+
+ACTOR = "medic-controller"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one reconcile call achieved for one advice generation."""
+
+    status: Reconciliation
+    reason: str
+    first_effect_at: datetime | None = None
+    """When this call's first scheduler command completed (None when it issued none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    kind: ActionKind
+    is_done: Callable[[Job], bool]
+    issue: Callable[[], None]
+
+
+class Controller:
+    """Reconciles the scheduler towards advice. Safe to call again at any time."""
+
+    def __init__(self, *, scheduler: Scheduler, store: Store, clock: Clock) -> None:
+        self._scheduler = scheduler
+        self._store = store
+        self._clock = clock
+
+    def reconcile(self, advice: Advice) -> Outcome:
+        """Take the next missing steps of ``advice`` and report where it stands.
+
+        Raises ``TransientError`` when the scheduler is unreachable (retry on a later pass).
+        """
+        try:
+            job = self._scheduler.get_job(advice.job_id)
+        except NotFoundError:
+            return self._report(advice, Outcome(Reconciliation.ABANDONED, "job no longer exists"))
+        abandoned = _abandon_reason(advice, job)
+        if abandoned:
+            return self._report(advice, Outcome(Reconciliation.ABANDONED, abandoned))
+        first_effect: datetime | None = None
+        for step in self._steps(advice):
+            job = self._scheduler.get_job(advice.job_id)
+            if step.is_done(job):
+                self._record_skip(advice, step.kind)
+                continue
+            try:
+                done_at = self._execute(advice, step)
+            except PermanentError as exc:
+                reason = f"{step.kind.value} refused by the scheduler: {exc}"
+                return self._report(advice, Outcome(Reconciliation.ABANDONED, reason, first_effect))
+            first_effect = first_effect or done_at
+        job = self._scheduler.get_job(advice.job_id)
+        if _converged(advice, job):
+            return self._report(
+                advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
+            )
+        return self._report(
+            advice, Outcome(Reconciliation.PENDING, "waiting for the scheduler", first_effect)
+        )
+
+    def _steps(self, advice: Advice) -> list[_Step]:
+        sched, job_id, attempt = self._scheduler, advice.job_id, advice.attempt
+        if advice.action is AdviceAction.STOP:
+            reason = f"medic: {advice.reason}"
+            return [
+                _Step(
+                    ActionKind.CANCEL,
+                    # Any ended job will not run again unless someone requeues it; cancelling
+                    # it would only fail ("already completed").
+                    lambda j: j.state.is_terminal,
+                    lambda: sched.cancel(job_id, reason),
+                )
+            ]
+        if advice.action is not AdviceAction.REQUEUE:
+            return []
+        excluded = advice.exclude_nodes
+        steps = [
+            _Step(
+                ActionKind.REQUEUE_HOLD,
+                lambda j: j.restart_count > attempt,
+                lambda: sched.requeue_hold(job_id),
+            )
+        ]
+        if excluded:
+            steps.append(
+                _Step(
+                    ActionKind.EXCLUDE_NODES,
+                    lambda j: excluded <= j.excluded_nodes,
+                    lambda: sched.set_excluded_nodes(
+                        job_id, excluded | sched.get_job(job_id).excluded_nodes
+                    ),
+                )
+            )
+        steps.append(
+            _Step(
+                ActionKind.RELEASE,
+                lambda j: j.restart_count > attempt and not j.held,
+                lambda: sched.release(job_id),
+            )
+        )
+        return steps
+
+    def _execute(self, advice: Advice, step: _Step) -> datetime:
+        key = idempotency_key(advice.id, advice.generation, step.kind)
+        now = self._clock.now()
+        record = ActionRecord(
+            key=key,
+            cluster=advice.cluster,
+            kind=step.kind,
+            status=ActionStatus.STARTED,
+            job_id=advice.job_id,
+            node=None,
+            advice_id=advice.id,
+            started_at=now,
+        )
+        # A False here means an earlier run (or a replica) began this step and did not see it
+        # take effect: the scheduler state says it is still needed, so issuing it again is right.
+        self._store.begin_action(record)
+        self._audit(advice, AuditKind.ACTION_STARTED, step.kind, {"key": key})
+        try:
+            step.issue()
+        except (TransientError, PermanentError) as exc:
+            self._store.finish_action(key, ActionStatus.FAILED, self._clock.now(), str(exc))
+            self._audit(advice, AuditKind.ACTION_FAILED, step.kind, {"key": key, "error": str(exc)})
+            raise
+        done = self._clock.now()
+        self._store.finish_action(key, ActionStatus.SUCCEEDED, done)
+        self._audit(
+            advice,
+            AuditKind.ACTION_SUCCEEDED,
+            step.kind,
+            {"key": key, "seconds": (done - now).total_seconds()},
+        )
+        logger.info(
+            "job %s: %s done (advice %s g%s)",
+            advice.job_id,
+            step.kind,
+            advice.id,
+            advice.generation,
+        )
+        return done
+
+    def _record_skip(self, advice: Advice, kind: ActionKind) -> None:
+        key = idempotency_key(advice.id, advice.generation, kind)
+        existing = self._store.get_action(key)
+        if existing is not None and existing.status in (
+            ActionStatus.SUCCEEDED,
+            ActionStatus.SKIPPED,
+        ):
+            return
+        now = self._clock.now()
+        if existing is None:
+            self._store.begin_action(
+                ActionRecord(
+                    key=key,
+                    cluster=advice.cluster,
+                    kind=kind,
+                    status=ActionStatus.STARTED,
+                    job_id=advice.job_id,
+                    node=None,
+                    advice_id=advice.id,
+                    started_at=now,
+                )
+            )
+        # The scheduler already shows the step's effect (done by a run that died before
+        # recording it, or by someone else): record that nothing was issued.
+        self._store.finish_action(key, ActionStatus.SKIPPED, now)
+        self._audit(advice, AuditKind.ACTION_SKIPPED, kind, {"key": key})
+
+    def _report(self, advice: Advice, outcome: Outcome) -> Outcome:
+        if advice.observed_generation == advice.generation and advice.status is outcome.status:
+            return outcome
+        self._store.report_reconciliation(
+            advice.id, advice.generation, outcome.status, outcome.reason, self._clock.now()
+        )
+        if outcome.status.is_final:
+            self._audit(
+                advice,
+                AuditKind.RECONCILIATION,
+                None,
+                {"status": outcome.status.value, "reason": outcome.reason},
+            )
+        return outcome
+
+    def _audit(
+        self,
+        advice: Advice,
+        kind: AuditKind,
+        action: ActionKind | None,
+        payload: dict[str, object],
+    ) -> None:
+        self._store.append_audit(
+            AuditEvent(
+                time=self._clock.now(),
+                actor=ACTOR,
+                kind=kind,
+                subject_type=SubjectType.JOB,
+                subject_id=advice.job_id,
+                cluster=advice.cluster,
+                action=(action or advice.action).value,
+                mode=advice.mode,
+                payload={"advice_id": advice.id, "generation": advice.generation, **payload},
+            )
+        )
+
+
+def _abandon_reason(advice: Advice, job: Job) -> str | None:
+    """Why the advice no longer applies to the job, or None when it still does."""
+    if (
+        advice.action is AdviceAction.REQUEUE
+        and job.restart_count <= advice.attempt
+        and job.state in (JobState.COMPLETED, JobState.CANCELLED)
+    ):
+        return f"job already {job.state.value}"
+    if advice.action is AdviceAction.STOP and job.state is JobState.COMPLETED:
+        return "job already completed"
+    return None
+
+
+def _converged(advice: Advice, job: Job) -> bool:
+    if advice.action is AdviceAction.STOP:
+        return job.state.is_terminal
+    if advice.action is AdviceAction.REQUEUE:
+        return (
+            job.restart_count > advice.attempt
+            and not job.held
+            and advice.exclude_nodes <= job.excluded_nodes
+        )
+    return True

@@ -1,0 +1,63 @@
+"""In-memory state the control loop keeps per watched job attempt.
+
+Only derived, rebuildable state lives here (progress cadence, the evidence gathered so far in the
+current attempt); every decision is in the store, so a restarted medic re-derives this from fresh
+scheduler state and new log lines without repeating a decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from medic.attribute.blame import is_fatal
+from medic.detect.progress import ProgressTracker
+from medic.domain.attempts import Progress
+from medic.domain.cluster import Mode
+from medic.domain.diagnosis import Detection, Role
+from medic.domain.ids import JobId
+
+__all__ = ["JobWatch"]
+
+
+@dataclass(slots=True)
+class JobWatch:
+    """Evidence and progress of one job's current attempt."""
+
+    job_id: JobId
+    attempt: int
+    mode: Mode
+    max_attempts_without_progress: int | None = None
+    tracker: ProgressTracker = field(default_factory=ProgressTracker)
+    evidence: list[Detection] = field(default_factory=list)
+    """Non-progress detections of this attempt, in arrival order."""
+    first_fatal_at: datetime | None = None
+    """When the first detection saying the attempt is failing was stored."""
+    decided: bool = False
+    """A verdict and advice exist for this attempt; nothing more to decide."""
+    seen_signatures: set[str] = field(default_factory=set)
+    saved_progress: Progress = field(default_factory=Progress)
+    saved_progress_at: datetime | None = None
+    retry_after: datetime | None = None
+    """Evaluation is paused until then after an error (poison-pill guard)."""
+
+    def add(self, detection: Detection, stored_at: datetime) -> bool:
+        """Take one detection of this attempt; True when its signature is new in the attempt."""
+        if detection.role is Role.PROGRESS:
+            self.tracker.observe(detection)
+            return False
+        self.evidence.append(detection)
+        if self.first_fatal_at is None and is_fatal(detection):
+            self.first_fatal_at = stored_at
+        new = detection.signature_id not in self.seen_signatures
+        self.seen_signatures.add(detection.signature_id)
+        return new
+
+    def next_attempt(self, attempt: int) -> JobWatch:
+        """A fresh watch for the job's next attempt, keeping its options."""
+        return JobWatch(
+            job_id=self.job_id,
+            attempt=attempt,
+            mode=self.mode,
+            max_attempts_without_progress=self.max_attempts_without_progress,
+        )

@@ -1,0 +1,85 @@
+"""The composition root: builds a running medic from :class:`Settings`.
+
+The only module that names concrete adapters (the SQL store, the simulator, Prometheus metrics).
+Everything above it (CLI, API, demo) receives :class:`~medic.control.services.Services`, typed by
+ports, so swapping an adapter never touches them.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from medic.config.settings import Settings
+from medic.control.loop import ControlLoop
+from medic.control.services import Services
+from medic.detect.matcher import SignatureDiagnoser
+from medic.domain.cluster import JobSpec
+from medic.domain.ids import ClusterName
+from medic.errors import ConfigError
+from medic.ports import Clock, Store
+from medic.schedulers.sim import SimCluster
+from medic.store import create_store, default_database_url
+from medic.telemetry.metrics import PrometheusMetrics
+
+__all__ = ["SystemClock", "build", "open_store"]
+
+logger = logging.getLogger(__name__)
+
+SCHEDULERS = ("sim",)
+
+
+class SystemClock:
+    """The wall clock, in UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def open_store(settings: Settings) -> Store:
+    """The configured store, migrated to the latest schema."""
+    return create_store(settings.store.url or default_database_url())
+
+
+def build(
+    settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
+) -> Services:
+    """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
+    if settings.scheduler.kind not in SCHEDULERS:
+        raise ConfigError(
+            "scheduler.kind",
+            f"unknown scheduler {settings.scheduler.kind!r}; available: {', '.join(SCHEDULERS)}",
+        )
+    clock = clock or SystemClock()
+    store = open_store(settings)
+    cluster = ClusterName(settings.scheduler.cluster)
+    sim = SimCluster(clock, settings.sim, cluster=cluster)
+    if start_workload:
+        for i in range(settings.sim.jobs):
+            sim.workload.submit(
+                JobSpec(name=f"train-{i + 1:03d}", num_nodes=settings.sim.nodes_per_job)
+            )
+    metrics = PrometheusMetrics()
+    loop = ControlLoop(
+        scheduler=sim.scheduler,
+        logs=sim.logs,
+        store=store,
+        diagnoser=SignatureDiagnoser(),
+        clock=clock,
+        metrics=metrics,
+        settings=settings,
+    )
+    return Services(
+        settings=settings,
+        cluster=cluster,
+        clock=clock,
+        store=store,
+        scheduler=sim.scheduler,
+        logs=sim.logs,
+        metrics=metrics,
+        exposition=metrics.render,
+        loop=loop,
+        injector=sim.fault_injector,
+        workload=sim.workload,
+        close=getattr(store, "close", lambda: None),
+    )

@@ -1,0 +1,344 @@
+"""ProgressTracker: progress of an attempt, hang and straggler findings on synthetic timelines."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from medic.config.settings import DetectSettings
+from medic.detect.hang import hang_threshold, percentile
+from medic.detect.progress import ProgressTracker
+from medic.detect.signatures import (
+    HANG_SIGNATURE_ID,
+    SLOW_JOB_SIGNATURE_ID,
+    SLOW_NODE_SIGNATURE_ID,
+)
+from medic.detect.straggler import ThroughputWatch, find_slow_node, mad
+from medic.domain.attempts import Progress
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity
+from medic.domain.ids import JobId, NodeName, SignatureId
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+JOB = JobId("42")
+SETTINGS = DetectSettings(hang_k=4.0, hang_floor_seconds=60.0, straggler_seconds=30.0)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def progress_detection(
+    seconds: float, fields: dict[str, str], node: str | None = "node001"
+) -> Detection:
+    return Detection(
+        job_id=JOB,
+        attempt=-1,
+        signature_id=SignatureId("test.progress"),
+        domain=FaultDomain.NONE,
+        role=Role.PROGRESS,
+        severity=Severity.INFO,
+        action=JobAction.NONE,
+        time=at(seconds),
+        node=NodeName(node) if node else None,
+        fields=fields,
+    )
+
+
+def iteration(seconds: float, step: int, iter_ms: float = 500.0, tokens: float | None = None):
+    fields = {"step": str(step), "iter_ms": f"{iter_ms}"}
+    if tokens is not None:
+        fields["tokens_per_s"] = f"{tokens}"
+    return progress_detection(seconds, fields)
+
+
+def saved(seconds: float, step: int) -> Detection:
+    return progress_detection(seconds, {"checkpoint": "saved", "step": str(step)})
+
+
+def timing(seconds: float, node: str, ms: float, step: int = 1) -> Detection:
+    return progress_detection(seconds, {"step": str(step), "compute_ms": f"{ms}"}, node)
+
+
+def run(tracker: ProgressTracker, detections: list[Detection]) -> ProgressTracker:
+    for detection in detections:
+        tracker.observe(detection)
+    return tracker
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+def test_progress_of_an_attempt() -> None:
+    tracker = run(
+        ProgressTracker(JOB, 2),
+        [
+            progress_detection(0.0, {"checkpoint": "loaded", "step": "30"}),
+            progress_detection(0.1, {"world_size": "16"}),
+            iteration(1.0, 31),
+            iteration(1.5, 32),
+            saved(1.6, 40),
+            saved(1.7, 35),  # an older checkpoint does not move the newest back
+            iteration(2.0, 33),
+        ],
+    )
+    assert tracker.progress() == Progress(
+        first_step=31,
+        last_step=33,
+        last_checkpoint_step=40,
+        loaded_checkpoint_step=30,
+        last_progress_at=at(2.0),
+    )
+
+
+def test_empty_and_ignored_input() -> None:
+    tracker = ProgressTracker()
+    assert tracker.progress() == Progress()
+    not_progress = Detection(
+        job_id=JOB,
+        attempt=0,
+        signature_id=SignatureId("x"),
+        domain=FaultDomain.HARDWARE,
+        role=Role.ROOT,
+        severity=Severity.ERROR,
+        action=JobAction.RESTART,
+        time=T0,
+        fields={"step": "5"},
+    )
+    malformed = [
+        progress_detection(0.0, {"step": "five", "iter_ms": "x"}),
+        progress_detection(0.0, {"checkpoint": "saved", "step": "1e3"}),
+        progress_detection(0.0, {"checkpoint": "loaded"}),
+        progress_detection(0.0, {"step": "3", "compute_ms": "nan"}),
+        progress_detection(0.0, {"step": "3", "compute_ms": "12"}, node=None),
+        progress_detection(0.0, {}),
+    ]
+    run(tracker, [not_progress, *malformed])
+    assert tracker.progress() == Progress()
+    assert tracker.check_hang(at(10_000), SETTINGS) is None
+    assert tracker.check_straggler(at(10_000), SETTINGS) is None
+
+
+def test_out_of_order_and_repeated_lines_do_not_create_intervals() -> None:
+    tracker = run(
+        ProgressTracker(),
+        [iteration(10.0, 5), iteration(10.0, 6), iteration(9.0, 7), iteration(10.0, 7)],
+    )
+    assert tracker.progress().last_progress_at == at(10.0)
+    assert tracker.progress().first_step == 5
+    # Three observations but no strictly later one: the rhythm is still unknown.
+    assert tracker.check_hang(at(1000.0), SETTINGS) is None
+
+
+# --- hang ----------------------------------------------------------------------------------------
+
+
+def steady(tracker: ProgressTracker, count: int, every: float) -> float:
+    """``count`` iterations ``every`` seconds apart; returns the time of the last one."""
+    for i in range(count):
+        tracker.observe(iteration(i * every, i + 1))
+    return (count - 1) * every
+
+
+def test_no_hang_before_three_intervals() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    last = steady(tracker, 3, 1.0)  # two intervals
+    assert tracker.check_hang(at(last + 10_000), SETTINGS) is None
+
+
+def test_hang_uses_the_floor_for_a_fast_job() -> None:
+    tracker = ProgressTracker(JOB, 3)
+    last = steady(tracker, 20, 0.5)
+    assert tracker.check_hang(at(last + 60.0), SETTINGS) is None  # not more than the floor
+    found = tracker.check_hang(at(last + 60.5), SETTINGS)
+    assert found is not None
+    assert found.signature_id == HANG_SIGNATURE_ID
+    assert (found.role, found.action, found.domain) == (
+        Role.ROOT,
+        JobAction.RESTART,
+        FaultDomain.SYSTEM_SOFTWARE,
+    )
+    assert found.node is None and not found.implicates_node
+    assert (found.job_id, found.attempt, found.time) == (JOB, 3, at(last + 60.5))
+    assert found.fields["threshold_s"] == "60.000"
+    assert found.fields["silence_s"] == "60.500"
+    assert found.fields["last_step"] == "20"
+    # Reported once per attempt.
+    assert tracker.check_hang(at(last + 500.0), SETTINGS) is None
+
+
+def test_hang_threshold_scales_with_a_slow_job() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    last = steady(tracker, 10, 30.0)  # p95 interval 30 s -> threshold 4 x 30 = 120 s
+    assert tracker.check_hang(at(last + 119.0), SETTINGS) is None
+    found = tracker.check_hang(at(last + 121.0), SETTINGS)
+    assert found is not None and found.fields["threshold_s"] == "120.000"
+
+
+def test_checkpoint_saves_count_as_progress() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    last = steady(tracker, 10, 1.0)
+    tracker.observe(saved(last + 50.0, 10))
+    assert tracker.check_hang(at(last + 100.0), SETTINGS) is None
+
+
+def test_hang_threshold_and_percentile() -> None:
+    assert hang_threshold([1.0, 1.0], SETTINGS) is None
+    assert hang_threshold([1.0, 2.0, 100.0], SETTINGS) == 400.0
+    assert percentile([5.0], 95.0) == 5.0
+    assert percentile([float(i) for i in range(1, 101)], 95.0) == 95.0
+    assert percentile([3.0, 1.0, 2.0], 50.0) == 2.0
+
+
+# --- slow job ------------------------------------------------------------------------------------
+
+
+def feed_iterations(
+    tracker: ProgressTracker, start: float, steps: range, iter_ms: float, every: float
+) -> float:
+    t = start
+    for step in steps:
+        tracker.observe(iteration(t, step, iter_ms=iter_ms))
+        t += every
+    return t - every
+
+
+def test_slow_job_after_the_drop_lasts_long_enough() -> None:
+    tracker = ProgressTracker(JOB, 1)
+    t = feed_iterations(tracker, 0.0, range(1, 31), 500.0, 0.5)
+    assert tracker.check_straggler(at(t), SETTINGS) is None
+    # 1.4x slower iterations: throughput drops to 71% of the baseline (below 80%).
+    t = feed_iterations(tracker, t + 0.7, range(31, 61), 700.0, 0.7)
+    # Smoothing needs three slow samples of five before the median drops; ~20 s so far.
+    assert tracker.check_straggler(at(t), SETTINGS) is None
+    t = feed_iterations(tracker, t + 0.7, range(61, 81), 700.0, 0.7)
+    found = tracker.check_straggler(at(t), SETTINGS)
+    assert found is not None
+    assert found.signature_id == SLOW_JOB_SIGNATURE_ID
+    assert found.node is None and not found.implicates_node
+    assert found.action is JobAction.NONE and found.role is Role.ROOT
+    assert found.fields["unit"] == "iterations/s"
+    assert float(found.fields["baseline"]) == pytest.approx(2.0)
+    assert float(found.fields["current"]) == pytest.approx(1000 / 700, rel=1e-4)
+    assert float(found.fields["slow_s"]) >= SETTINGS.straggler_seconds
+    assert tracker.check_straggler(at(t + 100), SETTINGS) is None  # once per attempt
+
+
+def test_a_short_dip_resets() -> None:
+    tracker = ProgressTracker(JOB, 1)
+    t = feed_iterations(tracker, 0.0, range(1, 31), 500.0, 0.5)
+    t = feed_iterations(tracker, t + 0.7, range(31, 51), 700.0, 0.7)  # ~14 s slow
+    t = feed_iterations(tracker, t + 0.5, range(51, 61), 500.0, 0.5)  # recovered
+    t = feed_iterations(tracker, t + 0.7, range(61, 91), 700.0, 0.7)  # ~20 s slow again
+    assert tracker.check_straggler(at(t), SETTINGS) is None
+
+
+def test_slow_job_by_tokens_per_second() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    t = 0.0
+    for step in range(1, 101):
+        tokens = 10_000.0 if step <= 30 else 7_000.0
+        tracker.observe(iteration(t, step, tokens=tokens))
+        t += 1.0
+    found = tracker.check_straggler(at(t), SETTINGS)
+    assert found is not None and found.fields["unit"] == "tokens/s"
+
+
+def test_iteration_lines_without_a_usable_metric_are_not_samples() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    tracker.observe(iteration(0.0, 1, tokens=1000.0))  # the attempt's metric is tokens/s
+    for step in range(2, 60):
+        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "iter_ms": "x"}))
+    assert tracker.progress().last_step == 59
+    assert tracker.check_straggler(at(100.0), SETTINGS) is None
+
+
+def test_throughput_watch_ignores_nonsense() -> None:
+    watch = ThroughputWatch()
+    watch.add(T0, 0.0)
+    watch.add(T0, -5.0)
+    assert watch.slow_seconds(0.2) is None
+    assert watch.baseline is None
+
+
+# --- slow node -----------------------------------------------------------------------------------
+
+
+def feed_timing(tracker: ProgressTracker, per_node: dict[str, float], rounds: int) -> None:
+    for step in range(rounds):
+        for node, ms in per_node.items():
+            tracker.observe(timing(step * 0.5, node, ms + (step % 3), step))
+
+
+NODES = {"node001": 500.0, "node002": 505.0, "node003": 498.0, "node004": 502.0}
+
+
+def test_slow_node_named_after_the_duration() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    feed_timing(tracker, {**NODES, "node003": 700.0}, rounds=10)
+    assert tracker.check_straggler(at(100.0), SETTINGS) is None  # the clock starts now
+    assert tracker.check_straggler(at(129.0), SETTINGS) is None
+    found = tracker.check_straggler(at(130.0), SETTINGS)
+    assert found is not None
+    assert found.signature_id == SLOW_NODE_SIGNATURE_ID
+    assert found.node == "node003" and found.implicates_node
+    assert found.action is JobAction.NONE and found.domain is FaultDomain.HARDWARE
+    assert float(found.fields["ratio"]) == pytest.approx(1.4, abs=0.02)
+    assert tracker.check_straggler(at(200.0), SETTINGS) is None  # once per attempt
+
+
+def test_recovered_node_restarts_its_clock() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    feed_timing(tracker, {**NODES, "node003": 700.0}, rounds=10)
+    assert tracker.check_straggler(at(100.0), SETTINGS) is None
+    feed_timing(tracker, NODES, rounds=20)  # its window is healthy again
+    assert tracker.check_straggler(at(120.0), SETTINGS) is None
+    feed_timing(tracker, {**NODES, "node003": 700.0}, rounds=20)
+    assert tracker.check_straggler(at(140.0), SETTINGS) is None
+    assert tracker.check_straggler(at(170.0), SETTINGS) is not None
+
+
+def test_no_slow_node_below_the_drop_or_with_too_few_samples() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    feed_timing(tracker, {**NODES, "node003": 590.0}, rounds=10)  # 1.18x: below 20%
+    assert tracker.check_straggler(at(0.0), SETTINGS) is None
+    assert tracker.check_straggler(at(1000.0), SETTINGS) is None
+    few = ProgressTracker(JOB, 0)
+    feed_timing(few, {**NODES, "node003": 900.0}, rounds=4)
+    assert few.check_straggler(at(0.0), SETTINGS) is None
+    assert few.check_straggler(at(1000.0), SETTINGS) is None
+
+
+def test_slow_node_reported_before_slow_job() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    feed_timing(tracker, {**NODES, "node003": 700.0}, rounds=10)
+    assert tracker.check_straggler(at(0.0), SETTINGS) is None  # the node's clock starts
+    t = feed_iterations(tracker, 0.0, range(1, 31), 500.0, 0.5)
+    feed_iterations(tracker, t + 0.7, range(31, 101), 700.0, 0.7)
+    first = tracker.check_straggler(at(100.0), SETTINGS)
+    second = tracker.check_straggler(at(100.0), SETTINGS)
+    assert first is not None and first.signature_id == SLOW_NODE_SIGNATURE_ID
+    assert second is not None and second.signature_id == SLOW_JOB_SIGNATURE_ID
+
+
+def test_find_slow_node_robust_statistics() -> None:
+    def n(name: str) -> NodeName:
+        return NodeName(name)
+
+    five = [100.0] * 5
+    assert find_slow_node({n("a"): five}, 0.2) is None
+    two = find_slow_node({n("a"): five, n("b"): [130.0] * 5}, 0.2)
+    assert two is not None and two.node == "b" and two.ratio == pytest.approx(1.3)
+    # Peers spread widely: a 25% outlier is within their noise, so nobody is named.
+    noisy = {n("a"): [60.0] * 5, n("b"): [100.0] * 5, n("c"): [140.0] * 5, n("d"): [175.0] * 5}
+    assert find_slow_node(noisy, 0.2) is None
+    # Two slow nodes: the slowest is named.
+    both = {n("a"): five, n("b"): five, n("c"): [150.0] * 5, n("d"): [180.0] * 5}
+    found = find_slow_node(both, 0.2)
+    assert found is not None and found.node == "d"
+    reverse = {n("a"): five, n("b"): five, n("c"): [180.0] * 5, n("d"): [150.0] * 5}
+    found = find_slow_node(reverse, 0.2)
+    assert found is not None and found.node == "c"
+    zero = find_slow_node({n("a"): [0.001] * 5, n("b"): [0.0] * 5, n("c"): [0.0] * 5}, 0.2)
+    assert zero is not None and zero.ratio == float("inf")
+    assert mad([1.0, 2.0, 3.0, 10.0], 2.5) == 1.0

@@ -5,12 +5,11 @@ named by ``MEDIC_CONFIG``) < environment variables ``MEDIC_<SECTION>_<FIELD>`` (
 as ``MEDIC_DATABASE_URL``; ``<NAME>_FILE`` reads the value from a file) < overrides with dotted
 keys (``"api.port"``), which is what the CLI passes.
 
-Every value of every layer is parsed by the type annotated in ``settings.py`` and checked against
-:data:`CONSTRAINTS`, the one table of allowed ranges. Any problem raises
+Every value of every layer is parsed and checked by :mod:`medic.config.specs` (the type annotated
+in ``settings.py`` and the range in :data:`~medic.config.specs.CONSTRAINTS`). Any problem raises
 :class:`~medic.errors.ConfigError` whose ``setting`` names the dotted setting and where the value
-came from, and whose message says what is allowed::
-
-    loop.interval_seconds (from MEDIC_LOOP_INTERVAL_SECONDS): expected a number > 0, got "fast"
+came from, and whose message says what is allowed; unknown keys and overrides get a "did you
+mean" hint. The sources map records, for each dotted setting, the layer its value came from.
 
 Nothing is read at import time: the environment and the file are read when
 :func:`load_settings` is called.
@@ -18,16 +17,10 @@ Nothing is read at import time: the environment and the file are read when
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import enum
-import functools
 import logging
-import math
 import os
-import re
-import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,28 +28,26 @@ from typing import Any
 import yaml
 
 from medic.config.settings import Settings
+from medic.config.specs import (
+    ENV_PREFIX,
+    convert,
+    section_types,
+    setting_specs,
+    specs_by_dotted,
+)
 from medic.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV",
-    "CONSTRAINTS",
     "DEFAULT_SOURCE",
-    "ENV_ALIASES",
-    "ENV_PREFIX",
     "FILE_SUFFIX",
     "OVERRIDE_SOURCE",
-    "Bounds",
-    "NonEmpty",
-    "SettingSpec",
     "load_settings",
     "load_settings_with_sources",
-    "setting_specs",
 ]
 
 logger = logging.getLogger(__name__)
 
-ENV_PREFIX = "MEDIC_"
-"""Prefix of every environment variable medic reads."""
 CONFIG_ENV = "MEDIC_CONFIG"
 """Environment variable naming the YAML file when no path is passed."""
 FILE_SUFFIX = "_FILE"
@@ -66,282 +57,11 @@ OVERRIDE_SOURCE = "override"
 
 
 @dataclass(frozen=True, slots=True)
-class Bounds:
-    """Allowed range of a number setting; ``*_open`` makes that end exclusive."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    def admits(self, value: object) -> bool:
-        """Whether ``value`` (an int or float) lies in the range."""
-        if not isinstance(value, int | float):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return self.high is None or (value < self.high if self.high_open else value <= self.high)
-
-    def describe(self) -> str:
-        """The range in words: ``> 0``, ``>= 1``, ``from 1 to 65535``, ``> 0 and < 1``."""
-        if self.low is not None and self.high is not None and not (self.low_open or self.high_open):
-            return f"from {_number(self.low)} to {_number(self.high)}"
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {_number(self.low)}")
-        if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {_number(self.high)}")
-        return " and ".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class NonEmpty:
-    """A string setting that must not be empty (or only blanks)."""
-
-    def admits(self, value: object) -> bool:
-        """Whether ``value`` is a string with something other than blanks in it."""
-        return isinstance(value, str) and bool(value.strip())
-
-    def describe(self) -> str:
-        """``non-empty``: placed before the type noun."""
-        return "non-empty"
-
-
-PORT = Bounds(1, 65535)
-COUNT = Bounds(low=1)
-POSITIVE = Bounds(low=0, low_open=True)
-NON_NEGATIVE = Bounds(low=0)
-FRACTION = Bounds(low=0, high=1, low_open=True, high_open=True)
-
-CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
-    "scheduler.kind": NonEmpty(),
-    "scheduler.cluster": NonEmpty(),
-    "sim.nodes": COUNT,
-    "sim.partitions": COUNT,
-    "sim.jobs": NON_NEGATIVE,
-    "sim.nodes_per_job": COUNT,
-    "sim.seed": NON_NEGATIVE,
-    "sim.iteration_seconds": POSITIVE,
-    "sim.checkpoint_every": COUNT,
-    "sim.nccl_timeout_seconds": POSITIVE,
-    "sim.startup_seconds": NON_NEGATIVE,
-    "sim.node_repair_seconds": POSITIVE,
-    "detect.hang_k": POSITIVE,
-    "detect.hang_floor_seconds": POSITIVE,
-    "detect.straggler_drop": FRACTION,
-    "detect.straggler_seconds": POSITIVE,
-    "detect.settle_seconds": NON_NEGATIVE,
-    "policy.max_attempts_without_progress": COUNT,
-    "loop.interval_seconds": POSITIVE,
-    "loop.error_backoff_seconds": NON_NEGATIVE,
-    "api.host": NonEmpty(),
-    "api.port": PORT,
-}
-"""Every range check, keyed by dotted setting name. A test checks each key names a setting."""
-
-ENV_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "store.url": ("MEDIC_DATABASE_URL",),
-}
-"""Extra environment variables for a setting, besides ``MEDIC_<SECTION>_<FIELD>``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SettingSpec:
-    """One leaf setting: where it lives, its type, default, env names and constraint."""
-
-    section: str
-    name: str
-    type: type
-    default: object
-    env: tuple[str, ...]
-    constraint: Bounds | NonEmpty | None
-
-    @property
-    def dotted(self) -> str:
-        """``section.name``, as used in overrides, errors and the sources map."""
-        return f"{self.section}.{self.name}"
-
-    def type_name(self) -> str:
-        """Type and constraint in words, without article: ``integer from 1 to 65535``."""
-        if issubclass(self.type, enum.Enum):
-            return "one of " + ", ".join(str(member.value) for member in self.type)
-        noun = _TYPE_NOUNS[self.type]
-        if isinstance(self.constraint, NonEmpty):
-            return f"{self.constraint.describe()} {noun}"
-        if self.constraint is not None:
-            return f"{noun} {self.constraint.describe()}"
-        return noun
-
-    def expectation(self) -> str:
-        """What an error message says is expected: ``an integer from 1 to 65535``."""
-        text = self.type_name()
-        if text.startswith("one of"):
-            return text
-        return f"{'an' if text[0] in 'aeiou' else 'a'} {text}"
-
-
-@dataclass(frozen=True, slots=True)
 class _Value:
     """A parsed value of one layer and the source recorded for it."""
 
     value: object
     source: str
-
-
-class _InvalidError(Exception):
-    """A raw value does not parse as the setting's type (turned into a ConfigError)."""
-
-
-# --- parsing --------------------------------------------------------------------------------
-
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-_TYPE_NOUNS: Mapping[type, str] = {
-    int: "integer",
-    float: "number",
-    bool: "boolean (true/false/yes/no/1/0)",
-    str: "string",
-}
-
-
-def _parse_int(raw: object) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and _INT_RE.fullmatch(raw.strip()):
-        return int(raw.strip())
-    raise _InvalidError
-
-
-def _parse_float(raw: object) -> float:
-    if isinstance(raw, bool):
-        raise _InvalidError
-    if isinstance(raw, int | float):
-        value = float(raw)
-    elif isinstance(raw, str) and _FLOAT_RE.fullmatch(raw.strip()):
-        value = float(raw.strip())
-    else:
-        raise _InvalidError
-    if not math.isfinite(value):
-        raise _InvalidError
-    return value
-
-
-def _parse_bool(raw: object) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, int) and raw in (0, 1):
-        return bool(raw)
-    if isinstance(raw, str) and raw.strip().lower() in _BOOLS:
-        return _BOOLS[raw.strip().lower()]
-    raise _InvalidError
-
-
-def _parse_str(raw: object) -> str:
-    if isinstance(raw, str):
-        return raw
-    raise _InvalidError
-
-
-def _parse_enum(enum_type: type[enum.Enum], raw: object) -> enum.Enum:
-    if isinstance(raw, str):
-        wanted = raw.strip().lower()
-        for member in enum_type:
-            if str(member.value).lower() == wanted:
-                return member
-    raise _InvalidError
-
-
-_PARSERS: Mapping[type, Callable[[object], object]] = {
-    int: _parse_int,
-    float: _parse_float,
-    bool: _parse_bool,
-    str: _parse_str,
-}
-
-
-def _show(raw: object) -> str:
-    """A raw value as an error message shows it: strings quoted, YAML spellings for the rest."""
-    if isinstance(raw, str):
-        text = raw if len(raw) <= 60 else raw[:57] + "..."
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(raw, bool):
-        return "true" if raw else "false"
-    if raw is None:
-        return "nothing (null)"
-    if isinstance(raw, dict | list):
-        return f"a {'mapping' if isinstance(raw, dict) else 'list'}"
-    return repr(raw)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _convert(spec: SettingSpec, raw: object, where: str) -> object:
-    """Parse ``raw`` for ``spec`` and check its constraint; ``where`` names the source."""
-    if issubclass(spec.type, enum.Enum):
-        parser: Callable[[object], object] = functools.partial(_parse_enum, spec.type)
-    else:
-        parser = _PARSERS[spec.type]
-    try:
-        value = parser(raw)
-    except _InvalidError:
-        valid = False
-    else:
-        valid = spec.constraint is None or spec.constraint.admits(value)
-    if not valid:
-        raise ConfigError(
-            f"{spec.dotted} (from {where})", f"expected {spec.expectation()}, got {_show(raw)}"
-        )
-    return value
-
-
-# --- the settings model -----------------------------------------------------------------------
-
-
-@functools.cache
-def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(Settings)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
-
-
-@functools.cache
-def setting_specs() -> tuple[SettingSpec, ...]:
-    """Every leaf setting, in the order of ``settings.py``."""
-    specs = []
-    for section, section_type in _section_types().items():
-        hints = typing.get_type_hints(section_type)
-        for f in dataclasses.fields(section_type):
-            field_type = hints[f.name]
-            if field_type not in _PARSERS and not issubclass(field_type, enum.Enum):
-                raise TypeError(f"{section}.{f.name}: unsupported setting type {field_type!r}")
-            primary = f"{ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-            dotted = f"{section}.{f.name}"
-            specs.append(
-                SettingSpec(
-                    section=section,
-                    name=f.name,
-                    type=field_type,
-                    default=_default(f),
-                    env=(primary, *ENV_ALIASES.get(dotted, ())),
-                    constraint=CONSTRAINTS.get(dotted),
-                )
-            )
-    return tuple(specs)
-
-
-def _default(f: dataclasses.Field[object]) -> object:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    raise TypeError(f"setting {f.name} has no default")
-
-
-@functools.cache
-def _specs_by_dotted() -> dict[str, SettingSpec]:
-    return {spec.dotted: spec for spec in setting_specs()}
 
 
 def _suggest(name: str, allowed: Iterable[str]) -> str:
@@ -370,7 +90,7 @@ def _from_file(path: str, named_by: str | None, env: Mapping[str, str]) -> dict[
         for dotted, raw, line in _walk_yaml(loader, path):
             where = f"{path}:{line}"
             raw = _resolve_reference(raw, Path(path).expanduser().parent, env, dotted, where)
-            values[dotted] = _Value(_convert(_specs_by_dotted()[dotted], raw, where), path)
+            values[dotted] = _Value(convert(specs_by_dotted()[dotted], raw, where), path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f"{path}:{mark.line + 1}" if mark is not None else path
@@ -387,7 +107,7 @@ def _walk_yaml(loader: yaml.SafeLoader, path: str) -> Iterator[tuple[str, object
     root = loader.get_single_node()
     if root is None or _is_null(root):
         return
-    sections = list(_section_types())
+    sections = list(section_types())
     for section, section_node in _mapping_items(loader, root, path, sections, ""):
         if _is_null(section_node):
             continue
@@ -472,7 +192,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, _Value]:
             raise ConfigError(spec.dotted, f"{names} are set to different values; set only one")
         if given:
             name, text = given[0]
-            values[spec.dotted] = _Value(_convert(spec, text, name), name)
+            values[spec.dotted] = _Value(convert(spec, text, name), name)
     _warn_unknown_env(env)
     return values
 
@@ -480,7 +200,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, _Value]:
 def _warn_unknown_env(env: Mapping[str, str]) -> None:
     """Log unknown ``MEDIC_<SECTION>_*`` variables (a warning, not an error: orchestrators such
     as Kubernetes inject look-alikes like ``MEDIC_API_SERVICE_HOST``)."""
-    for section in _section_types():
+    for section in section_types():
         prefix = f"{ENV_PREFIX}{section.upper()}_"
         known = [name for spec in setting_specs() if spec.section == section for name in spec.env]
         allowed = {*known, *(name + FILE_SUFFIX for name in known)}
@@ -493,22 +213,22 @@ def _warn_unknown_env(env: Mapping[str, str]) -> None:
 def _from_overrides(overrides: Mapping[str, object]) -> dict[str, _Value]:
     """Dotted overrides (``{"api.port": 8080}``); a ``None`` value means "not given"."""
     values: dict[str, _Value] = {}
-    specs = _specs_by_dotted()
+    specs = specs_by_dotted()
     for dotted, raw in overrides.items():
         if dotted not in specs:
             raise ConfigError(f"{dotted} (from {OVERRIDE_SOURCE})", _unknown_dotted(dotted))
         if raw is not None:
-            values[dotted] = _Value(_convert(specs[dotted], raw, OVERRIDE_SOURCE), OVERRIDE_SOURCE)
+            values[dotted] = _Value(convert(specs[dotted], raw, OVERRIDE_SOURCE), OVERRIDE_SOURCE)
     return values
 
 
 def _unknown_dotted(dotted: str) -> str:
     """Why ``dotted`` is unknown: a bad section, or a bad setting of a known section."""
     section, _, _ = dotted.partition(".")
-    if section in _section_types():
+    if section in section_types():
         names = [spec.dotted for spec in setting_specs() if spec.section == section]
         return f"unknown setting; {_suggest(dotted, names)}"
-    sections = [f"{name}.*" for name in _section_types()]
+    sections = [f"{name}.*" for name in section_types()]
     return f"unknown section {section!r}; {_suggest(section + '.*', sections)}"
 
 
@@ -559,7 +279,7 @@ def load_settings(
 
 def _build(values: Mapping[str, object]) -> Settings:
     sections: dict[str, Any] = {}
-    for section, section_type in _section_types().items():
+    for section, section_type in section_types().items():
         kwargs = {
             spec.name: values[spec.dotted] for spec in setting_specs() if spec.section == section
         }

@@ -2,7 +2,7 @@
 
 The descriptions are the attribute docstrings in ``settings.py``, read with :mod:`ast` from the
 module's source; types, constraints, environment variables and defaults come from
-:mod:`medic.config.loading`, so the page shows what the loader accepts. A test fails when a
+:mod:`medic.config.specs`, so the page shows what the loader accepts. A test fails when a
 setting has no docstring or the page is stale. Regenerate it with::
 
     python -m medic.config.reference > docs/configuration.md
@@ -18,7 +18,8 @@ import typing
 from collections.abc import Iterator, Mapping
 
 from medic.config import settings as settings_module
-from medic.config.loading import CONFIG_ENV, FILE_SUFFIX, SettingSpec, setting_specs
+from medic.config.loading import CONFIG_ENV, FILE_SUFFIX
+from medic.config.specs import SettingSpec, setting_specs
 
 __all__ = ["field_docstrings", "render_reference", "undocumented_settings"]
 

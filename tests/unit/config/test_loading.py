@@ -8,15 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from medic.config.loading import (
-    CONSTRAINTS,
-    Bounds,
-    NonEmpty,
-    load_settings,
-    load_settings_with_sources,
-    setting_specs,
-)
+from medic.config.loading import load_settings, load_settings_with_sources
 from medic.config.settings import Settings
+from medic.config.specs import CONSTRAINTS, Bounds, NonEmpty, setting_specs
 from medic.domain.cluster import Mode
 from medic.errors import ConfigError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medic.config.loading import setting_specs
 from medic.config.reference import field_docstrings, render_reference, undocumented_settings
+from medic.config.specs import setting_specs
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 

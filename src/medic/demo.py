@@ -99,6 +99,7 @@ class DemoDriver:
         fault_every: float,
         kinds: Sequence[FaultKind] = tuple(FaultKind),
         seed: int = 1,
+        max_faults: int | None = None,
     ) -> None:
         if services.injector is None or services.workload is None:
             raise PermanentError("the demo needs a scheduler that can inject faults (sim)")
@@ -106,6 +107,7 @@ class DemoDriver:
         self._injector = services.injector
         self._workload = services.workload
         self._fault_every = fault_every
+        self._max_faults = max_faults
         self._kinds = list(kinds)
         self._rng = random.Random(seed)
         self._next_fault: datetime | None = None
@@ -120,7 +122,9 @@ class DemoDriver:
         self._top_up(jobs)
         if self._next_fault is None:
             self._next_fault = now
-        if now >= self._next_fault:
+        if now >= self._next_fault and (
+            self._max_faults is None or len(self.outcomes) < self._max_faults
+        ):
             self._inject(jobs)
             self._next_fault = now + timedelta(seconds=self._fault_every)
         self._resolve(jobs)

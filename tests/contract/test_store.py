@@ -263,6 +263,7 @@ def test_sync_jobs_opens_and_closes_attempts(store: SqlStore) -> None:
     store.sync_jobs(C, [_job("5", JobState.PENDING, restart_count=1)], requeued)
     (first,) = store.list_attempts(C, jid)
     assert first.ended_at == requeued  # the requeue ended attempt 0
+    assert first.state is JobState.REQUEUED  # last seen running: the requeue ended it
 
     restarted, ended = T0 + timedelta(seconds=30), T0 + timedelta(seconds=40)
     running = _job("5", nodes=(n1, n3), restart_count=1, start_time=restarted)
@@ -274,6 +275,16 @@ def test_sync_jobs_opens_and_closes_attempts(store: SqlStore) -> None:
     assert (second.number, second.nodes, second.state) == (1, (n1, n3), JobState.FAILED)
     assert (second.started_at, second.ended_at) == (restarted, ended)
     assert store.get_job(C, jid) is not None
+
+
+def test_several_jobs_requeued_in_one_sync(store: SqlStore) -> None:
+    ids = ("21", "22", "23")
+    store.sync_jobs(C, [_job(i, nodes=(NodeName("n1"),), start_time=T0) for i in ids], T0)
+    store.sync_jobs(C, [_job(ids[0], JobState.FAILED, end_time=T0)], T0)
+    later = T0 + timedelta(seconds=5)
+    store.sync_jobs(C, [_job(i, JobState.PENDING, restart_count=1) for i in ids], later)
+    states = [store.list_attempts(C, JobId(i))[0].state for i in ids]
+    assert states == [JobState.FAILED, JobState.REQUEUED, JobState.REQUEUED]
 
 
 def test_job_ending_without_nodes_closes_only_existing_attempts(store: SqlStore) -> None:

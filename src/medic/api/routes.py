@@ -5,7 +5,7 @@ Thin handlers over the store port; every value is converted to an API schema on 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -23,7 +23,7 @@ from medic.api.schemas import (
     VerdictOut,
 )
 from medic.control.services import Services
-from medic.domain.audit import AuditKind
+from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import Job
 from medic.domain.ids import ClusterName, JobId
 from medic.errors import InputError, NotFoundError
@@ -54,6 +54,23 @@ def _find_job(services: Services, job_id: str, cluster: str | None) -> Job:
     return jobs[0]
 
 
+def _all_events(services: Services, cluster: ClusterName, job_id: JobId) -> list[AuditEvent]:
+    events: list[AuditEvent] = []
+    while True:
+        after = events[-1].id if events else None
+        page = services.store.query_audit(
+            cluster=cluster, job_id=job_id, after_id=after, limit=MAX_PAGE
+        )
+        events.extend(page)
+        if len(page) < MAX_PAGE:
+            return events
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    """A time without an offset is UTC (as in ``medic audit --since``)."""
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
+
+
 @router.get("/jobs", response_model=list[JobOut])
 def list_jobs(request: Request, cluster: str | None = None) -> list[JobOut]:
     services = _services(request)
@@ -68,7 +85,7 @@ def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> T
     services = _services(request)
     job = _find_job(services, job_id, cluster)
     store, jid = services.store, JobId(job.id)
-    events = store.query_audit(cluster=job.cluster, job_id=jid, limit=MAX_PAGE)
+    events = _all_events(services, job.cluster, jid)
     return TimelineOut(
         job=JobOut.of(job, store.advice_for_job(job.cluster, jid)),
         attempts=[AttemptOut.of(a) for a in store.list_attempts(job.cluster, jid)],
@@ -115,8 +132,8 @@ def query_audit(
         job_id=JobId(job) if job else None,
         kind=kind,
         actor=actor,
-        since=since,
-        until=until,
+        since=_aware(since),
+        until=_aware(until),
         after_id=after_id,
         limit=limit + 1,
     )

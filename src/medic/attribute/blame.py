@@ -43,6 +43,7 @@ __all__ = [
     "attribute",
     "fan_out_kernel",
     "is_fatal",
+    "node_failures",
 ]
 
 DEFAULT_WINDOW_SECONDS = 10.0
@@ -117,9 +118,10 @@ def _node_list(nodes: Iterable[NodeName]) -> str:
     return ", ".join(sorted(nodes))
 
 
-def _node_failures(
+def node_failures(
     job: Job, attempt: int, failed_nodes: frozenset[NodeName], now: datetime
 ) -> list[Detection]:
+    """Root detections for nodes the scheduler reports failed: direct evidence against them."""
     return [
         Detection(
             job_id=job.id,
@@ -346,7 +348,7 @@ def attribute(
     count as this attempt's, so unstamped and kernel detections can be passed as they are).
     ``failed_nodes`` are the job's nodes the scheduler reports as failed.
     """
-    run = _Attempt(job, attempt, [*detections, *_node_failures(job, attempt, failed_nodes, now)])
+    run = _Attempt(job, attempt, [*detections, *node_failures(job, attempt, failed_nodes, now)])
     if run.roots:
         return _root_verdict(job, attempt, run, failed_nodes, now, window_seconds)
     return _fallback_verdict(job, attempt, run, failed_nodes, now)

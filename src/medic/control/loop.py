@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 
-from medic.attribute.blame import attribute, fan_out_kernel
+from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
 from medic.control.executor import Controller
 from medic.control.watch import JobWatch
@@ -200,6 +200,7 @@ class ControlLoop:
         now = self._clock.now()
         fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
         self._take(job, watch, fresh, now)
+        self._take(job, watch, self._down_nodes(job, watch, nodes, now), now)
         if job.state is JobState.RUNNING:
             for derived in (
                 watch.tracker.check_hang(now, self._settings.detect),
@@ -209,7 +210,7 @@ class ControlLoop:
                     self._take(job, watch, [_with_attempt(derived, watch.attempt)], now)
         self._save_progress(job, watch, now)
         if not watch.decided and self._is_ready(job, watch, now):
-            self._decide(job, watch, nodes, now)
+            self._decide(job, watch, now)
 
     def _take(self, job: Job, watch: JobWatch, fresh: list[Detection], now: datetime) -> None:
         if not fresh:
@@ -237,19 +238,31 @@ class ControlLoop:
                     signature=det.signature_id,
                 )
 
+    def _down_nodes(
+        self, job: Job, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
+    ) -> list[Detection]:
+        """The scheduler's word that a node of the job is down: direct evidence against it,
+        seen at once (the job itself may take a while to end in NODE_FAIL)."""
+        if job.state not in (JobState.RUNNING, JobState.NODE_FAIL):
+            return []
+        down = {n for n in job.nodes if n in nodes and nodes[n].state is NodeState.DOWN}
+        new = frozenset(down - watch.down_nodes)
+        watch.down_nodes |= new
+        return node_failures(job, watch.attempt, new, now) if new else []
+
     def _is_ready(self, job: Job, watch: JobWatch, now: datetime) -> bool:
         """Enough evidence to decide: the attempt ended badly, or it is failing and the settle
         time for evidence from other nodes has passed."""
         if job.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT):
             return True
+        if job.state in (JobState.COMPLETED, JobState.CANCELLED):
+            return False  # ended on purpose (by its user or by medic): nothing to recover
         if watch.first_fatal_at is None:
             return any(d.signature_id.startswith("medic.straggler.") for d in watch.evidence)
         settle = timedelta(seconds=self._settings.detect.settle_seconds)
         return now - watch.first_fatal_at >= settle
 
-    def _decide(
-        self, job: Job, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
-    ) -> None:
+    def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
         existing = self._store.advice_for_job(self._cluster, job.id)
         if (
             existing is not None
@@ -258,12 +271,8 @@ class ControlLoop:
         ):
             watch.decided = True  # decided before a restart of medic: level-triggered, no repeat
             return
-        failed_nodes = (
-            frozenset(n for n in job.nodes if n in nodes and nodes[n].state is NodeState.DOWN)
-            if job.state is JobState.NODE_FAIL
-            else frozenset()
-        )
-        verdict = attribute(job, watch.attempt, watch.evidence, failed_nodes=failed_nodes, now=now)
+        evidence = [*watch.recent_progress, *watch.evidence]
+        verdict = attribute(job, watch.attempt, evidence, now=now)
         attempts = self._store.list_attempts(self._cluster, job.id)
         request = decide(
             verdict,

@@ -7,6 +7,7 @@ scheduler state and new log lines without repeating a decision.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -15,7 +16,7 @@ from medic.detect.progress import ProgressTracker
 from medic.domain.attempts import Progress
 from medic.domain.cluster import Mode
 from medic.domain.diagnosis import Detection, Role
-from medic.domain.ids import JobId
+from medic.domain.ids import JobId, NodeName
 
 __all__ = ["JobWatch"]
 
@@ -31,11 +32,15 @@ class JobWatch:
     tracker: ProgressTracker = field(default_factory=ProgressTracker)
     evidence: list[Detection] = field(default_factory=list)
     """Non-progress detections of this attempt, in arrival order."""
+    recent_progress: deque[Detection] = field(default_factory=lambda: deque(maxlen=8))
+    """The latest progress lines: attribution reads the step a failure happened at from them."""
     first_fatal_at: datetime | None = None
     """When the first detection saying the attempt is failing was stored."""
     decided: bool = False
     """A verdict and advice exist for this attempt; nothing more to decide."""
     seen_signatures: set[str] = field(default_factory=set)
+    down_nodes: set[NodeName] = field(default_factory=set)
+    """Nodes of this attempt already reported down by the scheduler."""
     saved_progress: Progress = field(default_factory=Progress)
     saved_progress_at: datetime | None = None
     retry_after: datetime | None = None
@@ -45,6 +50,7 @@ class JobWatch:
         """Take one detection of this attempt; True when its signature is new in the attempt."""
         if detection.role is Role.PROGRESS:
             self.tracker.observe(detection)
+            self.recent_progress.append(detection)
             return False
         self.evidence.append(detection)
         if self.first_fatal_at is None and is_fatal(detection):

@@ -1,10 +1,12 @@
 """Hang detection: a job that stopped making progress for much longer than it usually takes.
 
 The threshold adapts to the job: ``max(hang_k x p95 of its progress intervals, hang_floor)``, learnt
-from the attempt's own iteration and checkpoint lines. Only after :data:`MIN_INTERVALS` intervals
-is a hang reported: before the first iterations (process start, checkpoint load, compilation) the
-normal silence is unknown and can be long, and a false hang restarts a healthy job (and repeated
-restarts end in a no-progress STOP). That phase is left to the NCCL watchdog and the scheduler.
+from the attempt's own iteration and checkpoint lines. Until :data:`MIN_INTERVALS` intervals are
+known the p95 is unreliable, so the threshold is conservative: ``max(hang_k x longest interval,
+2 x hang_floor)``. Before the attempt's first progress line (process start, checkpoint load,
+compilation) the normal silence is unknown and can be long, and a false hang restarts a healthy job
+(repeated restarts end in a no-progress STOP): that phase is left to the NCCL watchdog and the
+scheduler.
 
 Pure functions over numbers and times: no I/O, no clock reads.
 """
@@ -33,10 +35,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def hang_threshold(intervals: Sequence[float], settings: DetectSettings) -> float | None:
-    """Seconds of silence that count as a hang, or None while the rhythm is not known yet."""
+def hang_threshold(intervals: Sequence[float], settings: DetectSettings) -> float:
+    """Seconds of silence after the last progress line that count as a hang."""
     if len(intervals) < MIN_INTERVALS:
-        return None
+        # A job that hangs right after its first iterations must still be caught, long before
+        # the 600 s NCCL watchdog; with so few samples, stay well clear of normal jitter.
+        longest = max(intervals, default=0.0)
+        return max(settings.hang_k * longest, 2 * settings.hang_floor_seconds)
     return max(settings.hang_k * percentile(intervals, 95.0), settings.hang_floor_seconds)
 
 

@@ -134,14 +134,14 @@ class ProgressTracker:
     def check_hang(self, now: datetime, settings: DetectSettings) -> Detection | None:
         """A hang finding when the attempt has been silent for longer than its threshold.
 
-        Only once the rhythm is known (see :mod:`medic.detect.hang`); call it only while the job
-        runs (a completed job is silent too).
+        Only after the attempt's first progress line (see :mod:`medic.detect.hang`); call it only
+        while the job runs (a completed job is silent too).
         """
         if "hang" in self._reported or self._last_progress_at is None:
             return None
         threshold = hang_threshold(self._intervals, settings)
         silence = (now - self._last_progress_at).total_seconds()
-        if threshold is None or silence <= threshold:
+        if silence <= threshold:
             return None
         self._reported.add("hang")
         return hang_detection(
@@ -150,7 +150,7 @@ class ProgressTracker:
             now=now,
             silence=silence,
             threshold=threshold,
-            p95_interval=percentile(self._intervals, 95.0),
+            p95_interval=percentile(self._intervals, 95.0) if self._intervals else 0.0,
             last_step=self._last_step,
         )
 

@@ -46,6 +46,8 @@ class JobState(enum.StrEnum):
     TIMEOUT = "timeout"
     NODE_FAIL = "node_fail"
     PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    """Of an attempt: ended because the job was requeued while it still ran."""
     UNKNOWN = "unknown"
 
     @property
@@ -58,6 +60,7 @@ class JobState(enum.StrEnum):
             JobState.TIMEOUT,
             JobState.NODE_FAIL,
             JobState.PREEMPTED,
+            JobState.REQUEUED,
         )
 
 

@@ -29,6 +29,9 @@ __all__ = ["Inventory"]
 UNKNOWN_SCHEDULER = "unknown"
 """Scheduler recorded for a cluster first seen through a sync rather than ``ensure_cluster``."""
 
+_STILL_RUNNING = [
+    s.value for s in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.UNKNOWN)
+]
 _NODE_COLUMNS = ("state", "partitions", "gpus", "reason", "updated_at")
 _JOB_COLUMNS = tuple(c.name for c in jobs.columns if c.name not in ("cluster", "job_id"))
 _PROGRESS_COLUMNS = (
@@ -159,7 +162,18 @@ class Inventory:
                     attempts.c.number < sa.bindparam("n"),
                     attempts.c.ended_at.is_(None),
                 )
-                .values(ended_at=sa.bindparam("e", type_=UtcDateTime())),
+                .values(
+                    ended_at=sa.bindparam("e", type_=UtcDateTime()),
+                    # Last seen still running: it ended because of the requeue itself.
+                    state=sa.case(
+                        # or_ of equalities, not in_(): expanding IN cannot run in executemany.
+                        (
+                            sa.or_(*(attempts.c.state == v for v in _STILL_RUNNING)),
+                            JobState.REQUEUED.value,
+                        ),
+                        else_=attempts.c.state,
+                    ),
+                ),
                 superseded,
             )
 

@@ -126,8 +126,11 @@ def test_out_of_order_and_repeated_lines_do_not_create_intervals() -> None:
     )
     assert tracker.progress().last_progress_at == at(10.0)
     assert tracker.progress().first_step == 5
-    # Three observations but no strictly later one: the rhythm is still unknown.
-    assert tracker.check_hang(at(1000.0), SETTINGS) is None
+    # Three observations but no strictly later one: the rhythm is still unknown, so only the
+    # conservative threshold (twice the floor) applies.
+    assert tracker.check_hang(at(10.0 + 120.0), SETTINGS) is None
+    found = tracker.check_hang(at(10.0 + 121.0), SETTINGS)
+    assert found is not None and found.fields["threshold_s"] == "120.000"
 
 
 # --- hang ----------------------------------------------------------------------------------------
@@ -140,10 +143,16 @@ def steady(tracker: ProgressTracker, count: int, every: float) -> float:
     return (count - 1) * every
 
 
-def test_no_hang_before_three_intervals() -> None:
+def test_conservative_threshold_before_three_intervals() -> None:
     tracker = ProgressTracker(JOB, 0)
-    last = steady(tracker, 3, 1.0)  # two intervals
-    assert tracker.check_hang(at(last + 10_000), SETTINGS) is None
+    last = steady(tracker, 3, 40.0)  # two intervals: threshold max(4 x 40, 2 x floor) = 160 s
+    assert tracker.check_hang(at(last + 159.0), SETTINGS) is None
+    found = tracker.check_hang(at(last + 161.0), SETTINGS)
+    assert found is not None and found.fields["threshold_s"] == "160.000"
+
+
+def test_no_hang_before_the_first_progress_line() -> None:
+    assert ProgressTracker(JOB, 0).check_hang(at(10_000.0), SETTINGS) is None
 
 
 def test_hang_uses_the_floor_for_a_fast_job() -> None:
@@ -183,7 +192,8 @@ def test_checkpoint_saves_count_as_progress() -> None:
 
 
 def test_hang_threshold_and_percentile() -> None:
-    assert hang_threshold([1.0, 1.0], SETTINGS) is None
+    assert hang_threshold([], SETTINGS) == 120.0
+    assert hang_threshold([1.0, 1.0], SETTINGS) == 120.0
     assert hang_threshold([1.0, 2.0, 100.0], SETTINGS) == 400.0
     assert percentile([5.0], 95.0) == 5.0
     assert percentile([float(i) for i in range(1, 101)], 95.0) == 95.0

@@ -646,15 +646,6 @@ def test_scheduler_listing_failure_ends_the_pass_quietly(make_harness: MakeHarne
     assert h.scheduler.names(job) == REQUEUE_COMMANDS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ControlLoop._guarded skips _evaluate entirely while a job is in its error back-off,"
-        " so the detections routed to the job in that time are neither stored nor kept (the log"
-        " source was already drained): an Xid 79 seen during the back-off is lost and the job is"
-        " requeued onto the broken node"
-    ),
-)
 def test_evidence_seen_during_an_error_back_off_is_kept(make_harness: MakeHarness) -> None:
     h = make_harness(mode=Mode.ACT, loop=LoopSettings(error_backoff_seconds=5.0))
     store = FaultyStore(h.store)
@@ -677,15 +668,6 @@ def test_evidence_seen_during_an_error_back_off_is_kept(make_harness: MakeHarnes
     _assert_recovered(h, job, bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ControlLoop._guarded reads the job's watch before running the evaluation; when the"
-        " evaluation creates the watch (first evaluation of a job, e.g. right after medic starts)"
-        " or replaces it (first evaluation of a new attempt), a raise sets retry_after on None or"
-        " on the discarded watch, so that error is not backed off"
-    ),
-)
 def test_first_evaluation_error_of_a_job_is_backed_off_too(make_harness: MakeHarness) -> None:
     h = make_harness(mode=Mode.ACT, loop=LoopSettings(error_backoff_seconds=5.0))
     job = h.submit("train-a")
@@ -791,15 +773,6 @@ def test_restart_after_a_crash_in_the_middle_of_a_recovery(
         assert {r.status for r in records} == {ActionStatus.SUCCEEDED}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a restarted ControlLoop builds the JobWatch of the current attempt empty and never"
-        " reloads the attempt's detections from the store; a restart between reading the fault's"
-        " lines and deciding (the settle window) loses the root cause: the verdict is made from"
-        " the later NCCL cascade alone and the job is requeued without excluding the broken node"
-    ),
-)
 def test_restart_before_the_decision_uses_the_stored_evidence(make_harness: MakeHarness) -> None:
     h = make_harness(mode=Mode.ACT)
     job = h.submit("train-a")
@@ -819,15 +792,6 @@ def test_restart_before_the_decision_uses_the_stored_evidence(make_harness: Make
     assert h.scheduler.names(job) == REQUEUE_COMMANDS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a restarted ControlLoop starts the running attempt's ProgressTracker from scratch"
-        " and _save_progress overwrites the attempt's stored progress (update_progress replaces"
-        " every column), erasing its saved and loaded checkpoint steps; the no-progress rule then"
-        " stops a job that did make progress"
-    ),
-)
 def test_restart_keeps_the_progress_of_the_running_attempt(make_harness: MakeHarness) -> None:
     h = make_harness(mode=Mode.ACT, policy=PolicySettings(max_attempts_without_progress=1))
     job = h.submit("train-a")

@@ -128,19 +128,17 @@ class ControlLoop:
         )
 
     def _guarded(self, job: Job, work: Callable[[], None]) -> None:
-        watch = self._watches.get(job.id)
-        now = self._clock.now()
-        if watch is not None and watch.retry_after is not None and now < watch.retry_after:
-            return
         try:
             work()
         except Exception as exc:  # one bad job must not stop the pass for the others
             self._counts["errors"] += 1
             self._metrics.loop_error("evaluate")
             logger.exception("job %s: evaluation failed", job.id)
+            # Looked up after the failure: the evaluation may have created or replaced the watch.
+            watch = self._watches.get(job.id)
             if watch is not None:
                 backoff = timedelta(seconds=self._settings.loop.error_backoff_seconds)
-                watch.retry_after = now + backoff
+                watch.retry_after = self._clock.now() + backoff
             self._audit(job.id, AuditKind.LOOP_ERROR, None, {"error": repr(exc)})
 
     # ------------------------------------------------------------------ observe
@@ -153,16 +151,14 @@ class ControlLoop:
             if job.state is JobState.RUNNING:
                 for node in job.nodes:
                     on_node[node].append(job.id)
+        kernel = [d for d in detections if d.job_id is None]
+        if kernel:
+            # Kernel lines are node evidence (for node repair) whatever the jobs there do.
+            self._store.add_detections(self._cluster, kernel)
         routed: dict[JobId, list[Detection]] = defaultdict(list)
-        node_only: list[Detection] = []
         for det in fan_out_kernel(detections, on_node):
-            if det.job_id is None:
-                node_only.append(det)
-            else:
+            if det.job_id is not None:
                 routed[det.job_id].append(det)
-        if node_only:
-            # Kernel lines from nodes without a job: kept as node evidence for node repair.
-            self._store.add_detections(self._cluster, node_only)
         return routed
 
     def _watch(self, job: Job) -> JobWatch | None:
@@ -182,9 +178,20 @@ class ControlLoop:
                 mode=effective_mode(self._settings.scheduler.mode, options),
                 max_attempts_without_progress=options.max_attempts_without_progress,
             )
-            self._watches[job.id] = watch
+            self._watches[job.id] = self._resume(watch)
         elif job.restart_count > watch.attempt:
-            watch = self._watches[job.id] = watch.next_attempt(job.restart_count)
+            self._save_progress(job, watch, self._clock.now(), force=True)
+            watch = self._watches[job.id] = self._resume(watch.next_attempt(job.restart_count))
+        return watch
+
+    def _resume(self, watch: JobWatch) -> JobWatch:
+        """Seed a new watch with what the store knows of its attempt (medic may have restarted
+        mid-attempt): the evidence stored so far and the progress recorded."""
+        for det in self._store.list_detections(self._cluster, watch.job_id, watch.attempt):
+            watch.add(det, det.time)
+        for attempt in self._store.list_attempts(self._cluster, watch.job_id):
+            if attempt.number == watch.attempt:
+                watch.saved_progress = attempt.progress
         return watch
 
     # ------------------------------------------------------------------ detect + decide
@@ -201,6 +208,8 @@ class ControlLoop:
         fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
         self._take(job, watch, fresh, now)
         self._take(job, watch, self._down_nodes(job, watch, nodes, now), now)
+        if watch.retry_after is not None and now < watch.retry_after:
+            return  # backing off after an error: keep gathering evidence, decide later
         if job.state is JobState.RUNNING:
             for derived in (
                 watch.tracker.check_hang(now, self._settings.detect),
@@ -348,8 +357,10 @@ class ControlLoop:
         start = start or advice.created_at
         self._metrics.action_latency(max(0.0, (done_at - start).total_seconds()))
 
-    def _save_progress(self, job: Job, watch: JobWatch, now: datetime) -> None:
-        progress = watch.tracker.progress()
+    def _save_progress(
+        self, job: Job, watch: JobWatch, now: datetime, *, force: bool = False
+    ) -> None:
+        progress = watch.saved_progress.merged(watch.tracker.progress())
         if progress == watch.saved_progress:
             return
         saved = watch.saved_progress
@@ -361,7 +372,7 @@ class ControlLoop:
         stale = watch.saved_progress_at is None or (
             (now - watch.saved_progress_at).total_seconds() >= _PROGRESS_SAVE_SECONDS
         )
-        if milestone or stale:
+        if force or milestone or stale:
             self._store.update_progress(self._cluster, job.id, watch.attempt, progress)
             watch.saved_progress, watch.saved_progress_at = progress, now
 

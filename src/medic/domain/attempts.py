@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from medic.domain.cluster import JobState
 from medic.domain.ids import ClusterName, JobId, NodeName
@@ -27,6 +28,36 @@ class Progress:
     loaded_checkpoint_step: int | None = None
     """Step of the checkpoint this attempt resumed from."""
     last_progress_at: datetime | None = None
+
+    def merged(self, newer: Progress) -> Progress:
+        """This (stored) progress updated with what was seen since, never losing a milestone.
+
+        A medic that restarted mid-attempt sees only the lines written after its restart, so the
+        attempt's first step and resumed-from checkpoint stay as stored, and steps only grow.
+        """
+        return Progress(
+            first_step=_first(self.first_step, newer.first_step),
+            last_step=_max(self.last_step, newer.last_step),
+            last_checkpoint_step=_max(self.last_checkpoint_step, newer.last_checkpoint_step),
+            loaded_checkpoint_step=_first(
+                self.loaded_checkpoint_step, newer.loaded_checkpoint_step
+            ),
+            last_progress_at=_max(self.last_progress_at, newer.last_progress_at),
+        )
+
+
+_T = TypeVar("_T")
+_Ordered = TypeVar("_Ordered", int, datetime)
+
+
+def _first(a: _T | None, b: _T | None) -> _T | None:
+    return a if a is not None else b
+
+
+def _max(a: _Ordered | None, b: _Ordered | None) -> _Ordered | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine
 
 __all__ = [
+    "AttributionProvider",
     "AuditQuery",
     "Clock",
     "Diagnoser",
@@ -300,3 +301,16 @@ class Workload(Protocol):
     """Submits training jobs (simulator, or sbatch on a real cluster)."""
 
     def submit(self, spec: JobSpec) -> JobId: ...
+
+
+class AttributionProvider(Protocol):
+    """An external attribution service (HTTP) whose verdict is recorded beside medic's own.
+
+    Advisory only: medic's decision never waits on it for longer than its timeout and never
+    depends on its answer. Raises ``TransientError`` when the service cannot be reached.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def attribute(self, job: Job, attempt: int, detections: Sequence[Detection]) -> Verdict: ...

@@ -7,18 +7,22 @@ test fails when a field is undocumented or the page is stale. Nothing here reads
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from medic.domain.cluster import Mode
 
 __all__ = [
     "ApiSettings",
+    "ControllerSettings",
     "DetectSettings",
     "LoopSettings",
     "PolicySettings",
     "SchedulerSettings",
     "Settings",
     "SimSettings",
+    "SlurmRunner",
+    "SlurmSettings",
     "StoreSettings",
 ]
 
@@ -34,7 +38,7 @@ class StoreSettings:
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     kind: str = "sim"
-    """Which scheduler adapter to use: ``sim`` (built-in simulated cluster)."""
+    """Which scheduler adapter to use: ``sim`` (built-in simulated cluster) or ``slurm``."""
     cluster: str = "sim"
     """Name of the cluster, as shown in the API, the audit trail and metrics."""
     mode: Mode = Mode.OBSERVE
@@ -101,6 +105,44 @@ class LoopSettings:
     """How long a job whose evaluation raised is skipped before it is evaluated again."""
 
 
+class SlurmRunner(enum.StrEnum):
+    LOCAL = "local"
+    SSH = "ssh"
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSettings:
+    runner: SlurmRunner = SlurmRunner.LOCAL
+    """How Slurm commands run: ``local`` (this host is a Slurm client) or ``ssh`` (on
+    ``ssh_host``, a login node)."""
+    ssh_host: str = ""
+    """Login node for ``runner: ssh``."""
+    ssh_user: str = ""
+    """SSH user for ``runner: ssh`` (empty: the current user)."""
+    ssh_port: int = 22
+    """SSH port for ``runner: ssh``."""
+    ssh_key: str = ""
+    """Private key file for ``runner: ssh`` (empty: ssh's defaults)."""
+    slurm_conf: str = ""
+    """``SLURM_CONF`` for the Slurm commands (empty: Slurm's default)."""
+    command_timeout_seconds: float = 20.0
+    """Seconds before a Slurm command is abandoned (and retried on a later pass)."""
+    kernel_log_template: str = ""
+    """Path of each node's kernel log as seen from medic, with ``{node}`` for the node name
+    (e.g. ``/var/log/nodes/{node}/kern.log``); empty: kernel logs are not read."""
+    opt_in: bool = True
+    """Only watch jobs whose comment carries a ``"medic"`` section."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    watchdog_timeout_seconds: float = 120.0
+    """A job medic holds is released with its original constraints when no decision or
+    convergence arrives within this many seconds, or the control plane is unreachable."""
+    poll_seconds: float = 1.0
+    """Seconds between polls of the advice feed by a remote controller."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
     host: str = "127.0.0.1"
@@ -114,6 +156,8 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     sim: SimSettings = field(default_factory=SimSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
     detect: DetectSettings = field(default_factory=DetectSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     loop: LoopSettings = field(default_factory=LoopSettings)

@@ -113,6 +113,10 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "policy.max_attempts_without_progress": COUNT,
     "loop.interval_seconds": POSITIVE,
     "loop.error_backoff_seconds": NON_NEGATIVE,
+    "slurm.ssh_port": PORT,
+    "slurm.command_timeout_seconds": POSITIVE,
+    "controller.watchdog_timeout_seconds": POSITIVE,
+    "controller.poll_seconds": POSITIVE,
     "api.host": NonEmpty(),
     "api.port": PORT,
 }
@@ -120,6 +124,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
 
 ENV_ALIASES: Mapping[str, tuple[str, ...]] = {
     "store.url": ("MEDIC_DATABASE_URL",),
+    "slurm.slurm_conf": ("SLURM_CONF",),
 }
 """Extra environment variables for a setting, besides ``MEDIC_<SECTION>_<FIELD>``."""
 

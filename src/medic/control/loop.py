@@ -19,10 +19,11 @@ from functools import partial
 
 from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
+from medic.control import records
 from medic.control.executor import Controller
 from medic.control.watch import JobWatch
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest
-from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState, Mode, Node, NodeState
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import JobId, NodeName
@@ -35,7 +36,6 @@ __all__ = ["ControlLoop", "PassReport"]
 
 logger = logging.getLogger(__name__)
 
-ACTOR = "medic-engine"
 _PROGRESS_SAVE_SECONDS = 5.0
 
 
@@ -139,7 +139,7 @@ class ControlLoop:
             if watch is not None:
                 backoff = timedelta(seconds=self._settings.loop.error_backoff_seconds)
                 watch.retry_after = self._clock.now() + backoff
-            self._audit(job.id, AuditKind.LOOP_ERROR, None, {"error": repr(exc)})
+            self._audit(job.id, AuditKind.LOOP_ERROR, {"error": repr(exc)})
 
     # ------------------------------------------------------------------ observe
     def _route(
@@ -170,7 +170,7 @@ class ControlLoop:
             except InputError as exc:
                 if self._invalid_options.get(job.id, "") != job.comment:
                     self._invalid_options[job.id] = job.comment
-                    self._audit(job.id, AuditKind.JOB_OPTIONS_INVALID, None, {"error": str(exc)})
+                    self._audit(job.id, AuditKind.JOB_OPTIONS_INVALID, {"error": str(exc)})
                 return None
             watch = JobWatch(
                 job_id=job.id,
@@ -232,19 +232,8 @@ class ControlLoop:
                 self._counts["detections"] += 1
                 self._metrics.detection(self._cluster, det.signature_id)
                 self._metrics.detection_latency(max(0.0, (now - det.time).total_seconds()))
-                self._audit(
-                    job.id,
-                    AuditKind.DETECTION,
-                    watch.mode,
-                    {
-                        "attempt": watch.attempt,
-                        "node": det.node,
-                        "rank": det.rank,
-                        "text": det.text[:500],
-                        "line_time": det.time.isoformat(),
-                        "fields": det.fields,
-                    },
-                    signature=det.signature_id,
+                self._store.append_audit(
+                    records.detection_event(self._cluster, job.id, det, watch.mode, now)
                 )
 
     def _down_nodes(
@@ -298,41 +287,10 @@ class ControlLoop:
             request = _with_exclusions(request, existing.exclude_nodes)
         self._store.add_verdict(self._cluster, verdict)
         self._counts["verdicts"] += 1
-        self._audit(
-            job.id,
-            AuditKind.VERDICT,
-            watch.mode,
-            {
-                "attempt": watch.attempt,
-                "confidence": verdict.confidence,
-                "implicated_nodes": sorted(verdict.implicated_nodes),
-                "summary": verdict.summary,
-                "evidence": [
-                    {"node": d.node, "signature": d.signature_id, "text": d.text[:300]}
-                    for d in verdict.evidence[:10]
-                ],
-            },
-            signature=verdict.root_signature,
-            verdict=verdict.domain.value,
-            action=verdict.action.value,
-        )
+        self._store.append_audit(records.verdict_event(self._cluster, verdict, watch.mode, now))
         advice = self._store.publish_advice(request, now)
         self._metrics.advice(self._cluster, advice.action.value)
-        self._audit(
-            job.id,
-            AuditKind.ADVICE,
-            watch.mode,
-            {
-                "advice_id": advice.id,
-                "generation": advice.generation,
-                "attempt": advice.attempt,
-                "exclude_nodes": sorted(advice.exclude_nodes),
-                "rule": advice.rule,
-                "reason": advice.reason,
-            },
-            action=advice.action.value,
-            verdict=verdict.domain.value,
-        )
+        self._store.append_audit(records.advice_event(advice, verdict, now))
         watch.decided = request.action is not AdviceAction.EXCLUDE_NEXT
 
     # ------------------------------------------------------------------ act + verify
@@ -381,32 +339,10 @@ class ControlLoop:
         for job_id in [j for j in self._watches if j not in present]:
             del self._watches[job_id]
 
-    # ------------------------------------------------------------------ audit
-    def _audit(
-        self,
-        job_id: JobId,
-        kind: AuditKind,
-        mode: Mode | None,
-        payload: dict[str, object],
-        *,
-        signature: str | None = None,
-        verdict: str | None = None,
-        action: str | None = None,
-    ) -> None:
+    def _audit(self, job_id: JobId, kind: AuditKind, payload: dict[str, object]) -> None:
+        now = self._clock.now()
         self._store.append_audit(
-            AuditEvent(
-                time=self._clock.now(),
-                actor=ACTOR,
-                kind=kind,
-                subject_type=SubjectType.JOB,
-                subject_id=job_id,
-                cluster=self._cluster,
-                signature_id=signature,
-                verdict=verdict,
-                action=action,
-                mode=mode,
-                payload=payload,
-            )
+            records.job_event(self._cluster, job_id, kind, now, payload=payload)
         )
 
 

@@ -229,7 +229,10 @@ def main() -> None:
     results: dict[str, object] = {}
     for name in ("latency", "reference", "scale"):
         cmd = [sys.executable, __file__, "--phase", name, *sys.argv[1:]]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"phase {name} failed:\n{proc.stderr}")
+        out = proc.stdout
         results[name] = json.loads(out.strip().splitlines()[-1])
         print(f"{name}: {results[name]}", flush=True)
     lat, ref = results["latency"], results["reference"]

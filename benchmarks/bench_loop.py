@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from medic.config.loading import load_settings
@@ -83,7 +84,13 @@ def phase_latency(args: argparse.Namespace) -> dict[str, object]:
         running = [j for j in services.scheduler.list_jobs() if j.state is JobState.RUNNING]
         if hangs_injected < args.hangs and len(crash.outcomes) >= 2 + 4 * hangs_injected:
             busy = {o.fault.job_id for o in crash.outcomes if o.outcome == "open"}
-            free = [j for j in running if j.id not in busy]
+            # A job whose rhythm is known (running >= 10 s): the steady-state hang threshold.
+            settled = services.clock.now() - timedelta(seconds=10)
+            free = [
+                j
+                for j in running
+                if j.id not in busy and j.start_time is not None and j.start_time <= settled
+            ]
             if free:
                 crash.outcomes.append(_inject_hang(services, free[0]))
                 hangs_injected += 1

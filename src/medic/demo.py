@@ -135,7 +135,11 @@ class DemoDriver:
         for _ in range(settings.jobs - len(alive)):
             self._submitted += 1
             self._workload.submit(
-                JobSpec(name=f"train-{self._submitted:03d}", num_nodes=settings.nodes_per_job)
+                JobSpec.numbered(
+                    self._submitted,
+                    num_nodes=settings.nodes_per_job,
+                    partitions=settings.partitions,
+                )
             )
 
     def _inject(self, jobs: Sequence[Job]) -> None:

@@ -57,7 +57,9 @@ def build(
     if start_workload:
         for i in range(settings.sim.jobs):
             sim.workload.submit(
-                JobSpec(name=f"train-{i + 1:03d}", num_nodes=settings.sim.nodes_per_job)
+                JobSpec.numbered(
+                    i + 1, num_nodes=settings.sim.nodes_per_job, partitions=settings.sim.partitions
+                )
             )
     metrics = PrometheusMetrics()
     loop = ControlLoop(

@@ -127,3 +127,10 @@ class JobSpec:
     comment: str | None = None
     train_iters: int = 100_000
     """Iterations until the job completes."""
+
+    @classmethod
+    def numbered(cls, index: int, *, num_nodes: int, partitions: int) -> JobSpec:
+        """The ``index``-th demo training job, spread round-robin over partitions ``p0..``."""
+        return cls(
+            name=f"train-{index:03d}", num_nodes=num_nodes, partition=f"p{index % partitions}"
+        )

@@ -25,6 +25,7 @@ __all__ = [
     "AttributionProvider",
     "AuditQuery",
     "Clock",
+    "ControllerLedger",
     "Diagnoser",
     "FaultInjector",
     "LogSource",
@@ -256,6 +257,42 @@ class Store(AuditQuery, Protocol):
         ...
 
     def set_cursor(self, source: str, value: str) -> None: ...
+
+
+class ControllerLedger(Protocol):
+    """What a controller writes while it carries out advice: the step ledger (idempotency keys),
+    the audit trail and its reconciliation reports.
+
+    The :class:`Store` satisfies it (the embedded controller); so does the HTTP client of the
+    advice API (a remote controller). Same errors as the store: ``ConflictError`` when a
+    reported generation was superseded, ``NotFoundError`` for an unknown advice or action,
+    ``TransientError``/``StoreError`` for "try again".
+    """
+
+    def get_action(self, key: str) -> ActionRecord | None: ...
+
+    def begin_action(self, record: ActionRecord) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists."""
+        ...
+
+    def finish_action(
+        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+    ) -> None: ...
+
+    def append_audit(self, event: AuditEvent) -> int:
+        """Append one audit event and return its id."""
+        ...
+
+    def report_reconciliation(
+        self,
+        advice_id: AdviceId,
+        observed_generation: int,
+        status: Reconciliation,
+        reason: str,
+        now: datetime,
+    ) -> Advice:
+        """Record the controller's report for ``observed_generation`` (see :class:`Store`)."""
+        ...
 
 
 class FaultInjector(Protocol):

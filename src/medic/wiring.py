@@ -17,12 +17,12 @@ from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
-from medic.ports import Clock, Store
+from medic.ports import Clock, Scheduler, Store
 from medic.schedulers.sim import SimCluster
 from medic.store import create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
 
-__all__ = ["SystemClock", "build", "open_store"]
+__all__ = ["SystemClock", "build", "build_scheduler", "open_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +41,28 @@ def open_store(settings: Settings) -> Store:
     return create_store(settings.store.url or default_database_url())
 
 
-def build(
-    settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
-) -> Services:
-    """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
+def build_scheduler(settings: Settings, *, clock: Clock | None = None) -> Scheduler:
+    """The configured scheduler on its own, for a remote controller (``medic controller``)."""
+    _check_scheduler(settings)
+    sim = SimCluster(
+        clock or SystemClock(), settings.sim, cluster=ClusterName(settings.scheduler.cluster)
+    )
+    return sim.scheduler
+
+
+def _check_scheduler(settings: Settings) -> None:
     if settings.scheduler.kind not in SCHEDULERS:
         raise ConfigError(
             "scheduler.kind",
             f"unknown scheduler {settings.scheduler.kind!r}; available: {', '.join(SCHEDULERS)}",
         )
+
+
+def build(
+    settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
+) -> Services:
+    """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
+    _check_scheduler(settings)
     clock = clock or SystemClock()
     store = open_store(settings)
     cluster = ClusterName(settings.scheduler.cluster)

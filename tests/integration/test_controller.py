@@ -49,7 +49,7 @@ class Case:
         return [command for command, _ in self.steps]
 
     def controller(self, scheduler: RecordingScheduler) -> Controller:
-        return Controller(scheduler=scheduler, store=self.h.store, clock=self.h.clock)
+        return Controller(scheduler=scheduler, ledger=self.h.store, clock=self.h.clock)
 
     def proxy(self, **crash: int | None) -> RecordingScheduler:
         return RecordingScheduler(self.h.sim.scheduler, self.h.clock, **crash)
@@ -300,7 +300,7 @@ def test_advice_for_a_completed_job_is_abandoned(
     advice = _publish(h, job, action, exclude)
     scheduler = RecordingScheduler(h.sim.scheduler, h.clock)
 
-    outcome = Controller(scheduler=scheduler, store=h.store, clock=h.clock).reconcile(advice)
+    outcome = Controller(scheduler=scheduler, ledger=h.store, clock=h.clock).reconcile(advice)
 
     assert outcome.status is Reconciliation.ABANDONED
     assert "completed" in outcome.reason
@@ -321,7 +321,7 @@ def test_advice_for_a_completed_job_is_abandoned(
     assert h.job(job).restart_count == 0
 
     # and reconciling the abandoned advice again does nothing more
-    again = Controller(scheduler=scheduler, store=h.store, clock=h.clock).reconcile(stored)
+    again = Controller(scheduler=scheduler, ledger=h.store, clock=h.clock).reconcile(stored)
     assert again.status is Reconciliation.ABANDONED
     assert scheduler.calls == []
     assert len(h.audit(job)) == 1

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 
 import medic
+from medic.api.advice import router as advice_router
 from medic.api.problems import install_problem_handlers
 from medic.api.routes import router
 from medic.control.services import Services
@@ -45,6 +46,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     app.state.services = services
     install_problem_handlers(app)
     app.include_router(router)
+    app.include_router(advice_router)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import medic
-from medic.cli import config, demo, query, serve
+from medic.cli import config, controller, demo, diagnose, query, serve
 from medic.cli.common import State
 
 __all__ = ["app"]
@@ -43,3 +43,5 @@ serve.register(app)
 demo.register(app)
 query.register(app)
 config.register(app)
+controller.register(app)
+diagnose.register(app)

@@ -3,11 +3,13 @@
 A requeue is three steps (requeue-hold, exclude nodes, release) and a stop is one (cancel). Before
 every step the controller re-reads the job from the scheduler and skips a step whose effect is
 already there, so a controller killed mid-recovery and restarted neither repeats nor skips a step.
-Each step is written to the store under an idempotency key and to the audit trail before it is
+Each step is written to the ledger under an idempotency key and to the audit trail before it is
 issued and again with its outcome.
 
-Used in-process by the control loop (embedded default); the remote controller of the Slurm issue
-uses the same class over the advice API.
+The ledger is a :class:`~medic.ports.ControllerLedger`: the store itself when the controller
+runs inside the control loop (embedded default), the HTTP client of the advice API when it runs as
+``medic controller`` next to the scheduler. :func:`run_controller` is that remote process's loop:
+it polls the advice feed, reconciles act-mode advice and runs the fail-open watchdog.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, JobState
 from medic.errors import NotFoundError, PermanentError, TransientError
-from medic.ports import Clock, Scheduler, Store
+from medic.ports import Clock, ControllerLedger, Scheduler
 
-__all__ = ["Controller", "Outcome"]
+__all__ = ["ACTOR", "Controller", "Outcome"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +51,27 @@ class _Step:
 
 
 class Controller:
-    """Reconciles the scheduler towards advice. Safe to call again at any time."""
+    """Reconciles the scheduler towards advice. Safe to call again at any time.
 
-    def __init__(self, *, scheduler: Scheduler, store: Store, clock: Clock) -> None:
+    ``before_hold`` runs right before a requeue-hold is issued, with the job as just read (the
+    remote controller journals the job's original exclusions there for the watchdog); when it
+    raises, nothing is issued.
+    """
+
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        clock: Clock,
+        ledger: ControllerLedger,
+        actor: str = ACTOR,
+        before_hold: Callable[[Advice, Job], None] | None = None,
+    ) -> None:
         self._scheduler = scheduler
-        self._store = store
+        self._ledger = ledger
         self._clock = clock
+        self._actor = actor
+        self._before_hold = before_hold
 
     def reconcile(self, advice: Advice) -> Outcome:
         """Take the next missing steps of ``advice`` and report where it stands.
@@ -74,6 +91,8 @@ class Controller:
             if step.is_done(job):
                 self._record_skip(advice, step.kind)
                 continue
+            if step.kind is ActionKind.REQUEUE_HOLD and self._before_hold is not None:
+                self._before_hold(advice, job)
             try:
                 done_at = self._execute(advice, step)
             except PermanentError as exc:
@@ -146,16 +165,16 @@ class Controller:
         )
         # A False here means an earlier run (or a replica) began this step and did not see it
         # take effect: the scheduler state says it is still needed, so issuing it again is right.
-        self._store.begin_action(record)
+        self._ledger.begin_action(record)
         self._audit(advice, AuditKind.ACTION_STARTED, step.kind, {"key": key})
         try:
             step.issue()
         except (TransientError, PermanentError) as exc:
-            self._store.finish_action(key, ActionStatus.FAILED, self._clock.now(), str(exc))
+            self._ledger.finish_action(key, ActionStatus.FAILED, self._clock.now(), str(exc))
             self._audit(advice, AuditKind.ACTION_FAILED, step.kind, {"key": key, "error": str(exc)})
             raise
         done = self._clock.now()
-        self._store.finish_action(key, ActionStatus.SUCCEEDED, done)
+        self._ledger.finish_action(key, ActionStatus.SUCCEEDED, done)
         self._audit(
             advice,
             AuditKind.ACTION_SUCCEEDED,
@@ -173,7 +192,7 @@ class Controller:
 
     def _record_skip(self, advice: Advice, kind: ActionKind) -> None:
         key = idempotency_key(advice.id, advice.generation, kind)
-        existing = self._store.get_action(key)
+        existing = self._ledger.get_action(key)
         if existing is not None and existing.status in (
             ActionStatus.SUCCEEDED,
             ActionStatus.SKIPPED,
@@ -181,7 +200,7 @@ class Controller:
             return
         now = self._clock.now()
         if existing is None:
-            self._store.begin_action(
+            self._ledger.begin_action(
                 ActionRecord(
                     key=key,
                     cluster=advice.cluster,
@@ -195,13 +214,13 @@ class Controller:
             )
         # The scheduler already shows the step's effect (done by a run that died before
         # recording it, or by someone else): record that nothing was issued.
-        self._store.finish_action(key, ActionStatus.SKIPPED, now)
+        self._ledger.finish_action(key, ActionStatus.SKIPPED, now)
         self._audit(advice, AuditKind.ACTION_SKIPPED, kind, {"key": key})
 
     def _report(self, advice: Advice, outcome: Outcome) -> Outcome:
         if advice.observed_generation == advice.generation and advice.status is outcome.status:
             return outcome
-        self._store.report_reconciliation(
+        self._ledger.report_reconciliation(
             advice.id, advice.generation, outcome.status, outcome.reason, self._clock.now()
         )
         if outcome.status.is_final:
@@ -220,10 +239,10 @@ class Controller:
         action: ActionKind | None,
         payload: dict[str, object],
     ) -> None:
-        self._store.append_audit(
+        self._ledger.append_audit(
             AuditEvent(
                 time=self._clock.now(),
-                actor=ACTOR,
+                actor=self._actor,
                 kind=kind,
                 subject_type=SubjectType.JOB,
                 subject_id=advice.job_id,

@@ -74,7 +74,7 @@ class ControlLoop:
         self._metrics = metrics
         self._settings = settings
         self._cluster = scheduler.cluster
-        self._controller = Controller(scheduler=scheduler, store=store, clock=clock)
+        self._controller = Controller(scheduler=scheduler, ledger=store, clock=clock)
         self._watches: dict[JobId, JobWatch] = {}
         self._invalid_options: dict[JobId, str | None] = {}
         self._counts: defaultdict[str, int] = defaultdict(int)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from medic.attribute.blame import NODE_FAIL_SIGNATURE_ID, attribute, fan_out_kernel, is_fatal
+from medic.attribute.grouping import node_of_rank
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity, Verdict
@@ -479,14 +480,16 @@ def test_attribute_never_crashes_and_blames_only_on_evidence(
     )
     assert 0.0 <= verdict.confidence <= 1.0
     assert "\n" not in verdict.summary
+    # A rank-only detection counts against the node that runs its rank (default layout).
     direct = {
-        d.node
+        d.node if d.node is not None else node_of_rank(d.rank, NODES)
         for d in detections
         if d.implicates_node
         and d.domain is not FaultDomain.NONE
         and d.role in (Role.ROOT, Role.CONFIRMATION)
         and d.job_id in (JOB_ID, None)
         and d.attempt in (-1, ATTEMPT)
+        and (d.node is not None or d.rank is not None)
     }
     assert verdict.implicated_nodes <= direct | failed
     if verdict.action is JobAction.STOP:

@@ -1,0 +1,324 @@
+"""Offline diagnosis: a directory of one failed attempt's logs into a verdict (``medic diagnose``).
+
+The directory holds one file per node, ``<node>.log`` (everything the node emitted: its ranks'
+output with ``[rankN]:`` prefixes and its kernel lines), and optionally ``job.out`` (the job's
+combined output). Other files are ignored. The same engine as the control loop runs on them: the
+signature matcher (a :class:`~medic.ports.Diagnoser`), then :func:`medic.attribute.attribute`.
+
+How lines are read:
+
+- Files are read as bytes, split on ``\\n`` and decoded as UTF-8 with replacement: any input is
+  accepted, line numbers are the file's own (1-based).
+- A node file's lines are that node's. A ``job.out`` line is placed on the host it names (NCCL's
+  ``host:pid:tid [gpu]`` prefix, a syslog ``host kernel:`` prefix, srun's ``srun: error: host:``)
+  or, with a ``[rankN]:`` prefix, on the node that runs the rank: the ranks each node file
+  shows first, else the default layout (``rank // gpus_per_node`` indexes the node list, sorted
+  with numbers compared as numbers, so ``node2`` sorts before ``node10``).
+- Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
+  syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
+  prefix.
+- Times come from the lines (ISO 8601, PyTorch's glog ``E0101 00:10:00.123``, syslog, ``dmesg
+  -T``); a line without one takes the previous line's in its file (the file's first one before
+  it; a file without any takes the earliest of the directory). Glog and syslog stamps print no
+  year: the first ISO date of the directory gives it. Clocks of different sources disagree, so
+  the failure window in which stronger evidence wins is wider than the live loop's.
+
+Raises :class:`~medic.errors.InputError` for a missing or empty directory, never for content.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from medic.attribute import DEFAULT_GPUS_PER_NODE, attribute, recommended_node_action
+from medic.detect.matcher import SignatureDiagnoser, strip_rank_prefix
+from medic.domain.cluster import Job, JobState
+from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.logs import LogLine, LogStream
+from medic.errors import InputError
+from medic.ports import Diagnoser
+
+__all__ = [
+    "JOB_OUT",
+    "OFFLINE_WINDOW_SECONDS",
+    "Diagnosis",
+    "EvidenceLine",
+    "diagnose_directory",
+    "natural_key",
+]
+
+JOB_OUT = "job.out"
+OFFLINE_WINDOW_SECONDS = 300.0
+"""Failure window for offline logs (the live loop uses 10 s): kernel, PyTorch and launcher clocks
+of a post-mortem disagree by more than the loop's read delay."""
+
+_BATCH = 20_000
+_UNTIMED = datetime.min.replace(tzinfo=UTC)
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, 1)}
+_MON = "(?P<mon>" + "|".join(_MONTH_NAMES) + ")"
+_HMS = r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
+_ISO = re.compile(
+    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _]" + _HMS + r"(?:[.,](?P<f>\d{1,9}))?"
+)
+_GLOG = re.compile(r"^\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) " + _HMS + r"\.(?P<f>\d{1,9})")
+_SYSLOG = re.compile(r"^(?:<\d{1,3}>)?" + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" ")
+_DMESG_T = re.compile(r"^\[\w{3} " + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" (?P<y>\d{4})\]")
+_KERNEL = re.compile(
+    r"^\s*\[\s*\d{1,10}\.\d{1,9}\]|^\[\w{3} \w{3} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]"
+    r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d \S{1,64} kernel: |NVRM: |\bXid\b|mlx5_core"
+)
+_HOST = re.compile(
+    r"^(?P<nccl>[A-Za-z][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]"
+    r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d (?P<syslog>[A-Za-z][\w.-]{0,62}) kernel: "
+    r"|^srun: error: (?P<srun>[A-Za-z][\w.-]{0,62}): tasks? \d"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceLine:
+    """One line of evidence, where it is in the directory."""
+
+    node: NodeName | None
+    file: str
+    line: int
+    """1-based line number in ``file``."""
+    signature: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The verdict on a log directory, with its evidence located in the files."""
+
+    path: str
+    verdict: Verdict
+    node_action: str | None
+    """Node repair the verdict calls for on its implicated nodes (``reset_gpu``, ``reboot`` ...)."""
+    evidence: tuple[EvidenceLine, ...]
+    nodes: tuple[NodeName, ...]
+    files: tuple[str, ...]
+    lines: int
+    detections: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document: verdict fields, then evidence lines."""
+        v = self.verdict
+        return {
+            "domain": v.domain.value,
+            "action": v.action.value,
+            "implicated_nodes": sorted(v.implicated_nodes, key=natural_key),
+            "root_signature": v.root_signature,
+            "confidence": round(v.confidence, 3),
+            "node_action": self.node_action,
+            "summary": v.summary,
+            "evidence": [
+                {"node": e.node, "file": e.file, "line": e.line, "signature": e.signature,
+                 "text": e.text}
+                for e in self.evidence
+            ],
+        }  # fmt: skip
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key comparing digit runs as numbers (``node2`` < ``node10``)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+
+
+@dataclass(slots=True)
+class _File:
+    name: str
+    path: Path
+    node: NodeName | None
+    first_seq: int = 0
+    first_time: datetime | None = None
+
+
+def _files(directory: Path) -> list[_File]:
+    if not directory.exists():
+        raise InputError(str(directory), "no such directory")
+    if not directory.is_dir():
+        raise InputError(str(directory), "not a directory")
+    found = [
+        _File(p.name, p, NodeName(p.name[: -len(".log")]))
+        for p in directory.iterdir()
+        if p.name.endswith(".log") and len(p.name) > 4 and not p.name.startswith(".")
+        and p.is_file()
+    ]  # fmt: skip
+    found.sort(key=lambda f: natural_key(f.name))
+    if (directory / JOB_OUT).is_file():
+        found.append(_File(JOB_OUT, directory / JOB_OUT, None))
+    if not found:
+        raise InputError(str(directory), "no <node>.log files and no job.out")
+    try:
+        if all(f.path.stat().st_size == 0 for f in found):
+            raise InputError(str(directory), "every log file is empty")
+    except OSError as exc:
+        raise InputError(str(directory), f"cannot read: {exc.strerror or exc}") from None
+    return found
+
+
+def _lines(path: Path) -> Iterator[str]:
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                yield raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def _stamp(text: str, year: int) -> datetime | None:
+    """The time a line carries, or None."""
+    head = text[:120]
+    try:
+        if match := _ISO.search(head):
+            g = match.groupdict()
+            micro = int((g["f"] or "0")[:6].ljust(6, "0"))
+            return datetime(int(g["y"]), int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
+                            int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
+        if match := _GLOG.match(head):
+            g = match.groupdict()
+            micro = int(g["f"][:6].ljust(6, "0"))
+            return datetime(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
+                            int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
+        if match := _SYSLOG.match(head) or _DMESG_T.match(head):
+            g = match.groupdict()
+            return datetime(int(g.get("y") or year), _MONTHS[g["mon"]], int(g["d"]), int(g["h"]),
+                            int(g["m"]), int(g["s"]), tzinfo=UTC)  # fmt: skip
+    except ValueError:  # 30 February and friends
+        return None
+    return None
+
+
+def _base_year(files: list[_File]) -> int:
+    for f in files:
+        for count, text in enumerate(_lines(f.path)):
+            if match := _ISO.search(text[:120]):
+                return int(match.group("y"))
+            if count >= 500:
+                break
+    return 2000  # any leap year: relative order is all that matters without a printed year
+
+
+def _host(name: str, known: frozenset[NodeName]) -> NodeName:
+    """A printed hostname as a node name: as printed when it names a node file, else its first
+    DNS label (``node002.cluster.local`` is ``node002``)."""
+    return NodeName(name if name in known else name.split(".", 1)[0])
+
+
+def _line(text: str, f: _File, known: frozenset[NodeName], when: datetime, seq: int) -> LogLine:
+    body, rank = strip_rank_prefix(text)
+    kernel = rank is None and _KERNEL.search(text[:200]) is not None
+    node = f.node
+    if node is None and (match := _HOST.match(body)):
+        node = _host(match.group("nccl") or match.group("syslog") or match.group("srun"), known)
+    stream = LogStream.KERNEL if kernel else LogStream.JOB
+    return LogLine(stream, text, when, node, None, rank, seq)
+
+
+def diagnose_directory(
+    path: str | Path,
+    *,
+    diagnoser: Diagnoser | None = None,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    rank_nodes: Mapping[int, NodeName] | None = None,
+    window_seconds: float = OFFLINE_WINDOW_SECONDS,
+) -> Diagnosis:
+    """Diagnose one attempt from its log directory (see the module docstring).
+
+    ``diagnoser`` defaults to the built-in signature matcher; ``rank_nodes`` overrides the rank to
+    node mapping read from the node files. Raises ``InputError`` for a missing directory, one
+    without log files, or one whose log files are all empty.
+    """
+    directory = Path(path)
+    files = _files(directory)
+    engine = diagnoser if diagnoser is not None else SignatureDiagnoser()
+    node_files = frozenset(f.node for f in files if f.node is not None)
+    year = _base_year(files)
+    detections: list[Detection] = []
+    seen_ranks: dict[int, NodeName] = {}
+    hosts: set[NodeName] = set()
+    seq = 0
+    for f in files:
+        f.first_seq = seq + 1
+        last: datetime | None = None
+        batch: list[LogLine] = []
+        for text in _lines(f.path):
+            seq += 1
+            stamp = _stamp(strip_rank_prefix(text)[0], year)
+            if stamp is not None:
+                last = stamp
+                f.first_time = f.first_time or stamp
+            line = _line(text, f, node_files, last or _UNTIMED, seq)
+            if f.node is not None and line.rank is not None:
+                seen_ranks.setdefault(line.rank, f.node)
+            elif line.node is not None:
+                hosts.add(line.node)
+            batch.append(line)
+            if len(batch) >= _BATCH:
+                detections += engine.scan(batch)
+                batch = []
+        detections += engine.scan(batch)
+    nodes = sorted(node_files or hosts, key=natural_key)
+    detections = _timed(detections, files)
+    job = Job(
+        id=JobId(directory.resolve().name or str(directory)),
+        cluster=ClusterName("offline"),
+        name=directory.resolve().name,
+        state=JobState.UNKNOWN,
+        partition="",
+        nodes=tuple(NodeName(n) for n in nodes),
+        num_nodes=len(nodes),
+    )
+    now = max((d.time for d in detections), default=datetime(year, 1, 1, tzinfo=UTC))
+    verdict = attribute(
+        job,
+        0,
+        detections,
+        now=now,
+        window_seconds=window_seconds,
+        rank_nodes={**seen_ranks, **(rank_nodes or {})},
+        gpus_per_node=gpus_per_node,
+    )
+    return Diagnosis(
+        path=str(directory),
+        verdict=verdict,
+        node_action=recommended_node_action(verdict),
+        evidence=tuple(_locate(d, files) for d in verdict.evidence),
+        nodes=job.nodes,
+        files=tuple(f.name for f in files),
+        lines=seq,
+        detections=len(detections),
+    )
+
+
+def _file_of(seq: int, files: list[_File], starts: list[int]) -> _File:
+    """The file holding line ``seq`` (files are numbered consecutively, in order; ``starts`` are
+    their first line numbers)."""
+    return files[max(bisect_right(starts, seq) - 1, 0)]
+
+
+def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
+    """Untimed detections get their file's first time, or the directory's earliest."""
+    earliest = min((f.first_time for f in files if f.first_time), default=None)
+    fallback = earliest or datetime(2000, 1, 1, tzinfo=UTC)
+    starts = [f.first_seq for f in files]
+    result = []
+    for d in detections:
+        if d.time == _UNTIMED:
+            d = replace(d, time=_file_of(d.seq, files, starts).first_time or fallback)
+        result.append(d)
+    return result
+
+
+def _locate(d: Detection, files: list[_File]) -> EvidenceLine:
+    f = _file_of(d.seq, files, [f.first_seq for f in files])
+    line = d.seq - f.first_seq + 1 if d.seq >= f.first_seq else 0
+    return EvidenceLine(d.node, f.name, line, d.signature_id, d.text)

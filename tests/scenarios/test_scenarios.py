@@ -1,0 +1,159 @@
+"""Offline diagnosis on the scenario fixtures, and the ``medic diagnose`` command.
+
+Each directory here is one failed (or healthy) attempt: ``<node>.log`` per node and optionally
+``job.out``, written in the formats the real tools print, and ``expected.json``:
+
+- ``domain``, ``action``, ``implicated_nodes``: what the verdict must say;
+- ``node_action`` (optional): the node repair the verdict must call for;
+- ``summary_contains`` (optional): strings the summary must carry (Xid 154's printed action ...);
+- ``needs_catalogue_v2`` (optional): the scenario needs a signature only the YAML catalogue has
+  (Slurm cancellations, pyxis, Lustre); it is an expected failure until that catalogue is in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from medic.cli.diagnose import register
+from medic.diagnose import Diagnosis, diagnose_directory
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = sorted(p for p in HERE.iterdir() if (p / "expected.json").is_file())
+DOMAINS = {"hardware", "network", "system_software", "application", "scheduler", "none"}
+
+
+def _expected(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((path / "expected.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _params() -> list[Any]:
+    params = []
+    for path in SCENARIOS:
+        marks = []
+        if _expected(path).get("needs_catalogue_v2"):
+            marks.append(pytest.mark.xfail(reason="needs the YAML catalogue (v2)", strict=False))
+        params.append(pytest.param(path, id=path.name, marks=marks))
+    return params
+
+
+def test_there_are_enough_scenarios_covering_every_domain() -> None:
+    assert len(SCENARIOS) >= 30
+    assert {_expected(p)["domain"] for p in SCENARIOS} == DOMAINS
+    for path in SCENARIOS:
+        files = [p.name for p in path.iterdir()]
+        assert any(f.endswith(".log") for f in files) or "job.out" in files, path.name
+
+
+@pytest.mark.parametrize("path", _params())
+def test_scenario(path: Path) -> None:
+    expected = _expected(path)
+    diagnosis = diagnose_directory(path)
+    got = diagnosis.to_json()
+    want = {k: expected[k] for k in ("domain", "action", "implicated_nodes")}
+    assert {k: got[k] for k in want} == want, got["summary"]
+    if "node_action" in expected:
+        assert got["node_action"] == expected["node_action"]
+    for text in expected.get("summary_contains", ()):
+        assert text in got["summary"]
+    _check_evidence(diagnosis, path)
+
+
+def _check_evidence(diagnosis: Diagnosis, path: Path) -> None:
+    """Every evidence line points at its file and line, verbatim."""
+    for e in diagnosis.evidence:
+        lines = (path / e.file).read_bytes().split(b"\n")
+        original = lines[e.line - 1].decode("utf-8", errors="replace").rstrip("\r")
+        assert original.startswith(e.text[:200]), (e.file, e.line)
+
+
+def test_no_scenario_blames_a_node_without_its_own_evidence() -> None:
+    """Direct evidence only: every implicated node has an evidence line placed on it."""
+    for path in SCENARIOS:
+        diagnosis = diagnose_directory(path)
+        placed = {e.node for e in diagnosis.evidence}
+        assert diagnosis.verdict.implicated_nodes <= placed, path.name
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def other() -> None:  # a second command keeps Typer from collapsing to a single command
+        """Placeholder."""
+
+    return app
+
+
+def test_cli_json_shape(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["diagnose", str(HERE / "xid79_watchdog_cascade"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert {"domain", "action", "implicated_nodes", "root_signature", "confidence", "evidence"} <= (
+        doc.keys()
+    )
+    assert (doc["domain"], doc["action"], doc["implicated_nodes"]) == (
+        "hardware",
+        "restart",
+        ["node002"],
+    )
+    assert doc["root_signature"] == "xid.fallen_off_bus"
+    assert 0.0 <= doc["confidence"] <= 1.0
+    first = doc["evidence"][0]
+    assert {"node", "line", "signature", "text"} <= first.keys()
+    assert first["node"] == "node002" and first["signature"] == "xid.fallen_off_bus"
+    assert isinstance(first["line"], int) and first["line"] >= 1
+    assert "Xid" in first["text"]
+
+
+def test_cli_report(cli: typer.Typer) -> None:
+    env = {"COLUMNS": "200"}
+    result = CliRunner().invoke(cli, ["diagnose", str(HERE / "ib_link_down_one_node")], env=env)
+    assert result.exit_code == 0, result.output
+    assert "network" in result.stdout and "node003" in result.stdout
+    assert "Link down" in result.stdout and "Evidence" in result.stdout
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "no_logs", "empty_logs"])
+def test_cli_bad_directory_exits_2_with_one_line(
+    cli: typer.Typer, tmp_path: Path, case: str
+) -> None:
+    target = tmp_path / "logs"
+    if case == "file":
+        target.write_text("not a directory")
+    elif case == "empty":
+        target.mkdir()
+    elif case == "no_logs":
+        target.mkdir()
+        (target / "notes.txt").write_text("nothing")
+    elif case == "empty_logs":
+        target.mkdir()
+        (target / "node001.log").write_bytes(b"")
+        (target / "job.out").write_bytes(b"")
+    result = CliRunner().invoke(cli, ["diagnose", str(target)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("medic: ")
+    assert result.stdout == ""
+
+
+def test_garbage_never_crashes(tmp_path: Path) -> None:
+    data = os.urandom(1 << 16) + b"\n".join(
+        [b"\xff\xfe[rank9]: \x00", b"[rank-1]: x", b"[rank99999999]: KeyError: 'x'", b"\r\r\r"]
+    )
+    (tmp_path / "node001.log").write_bytes(data)
+    (tmp_path / "job.out").write_bytes(data[::-1])
+    diagnosis = diagnose_directory(tmp_path)
+    assert diagnosis.verdict.domain.value in DOMAINS
+    json.dumps(diagnosis.to_json())

@@ -20,6 +20,17 @@ from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine
+from medic.domain.repairs import (
+    Alert,
+    AlertState,
+    Breaker,
+    Repair,
+    RepairPolicy,
+    RepairRequest,
+    RepairState,
+    RepairUpdate,
+    ValidationResult,
+)
 
 __all__ = [
     "AttributionProvider",
@@ -31,6 +42,7 @@ __all__ = [
     "LogSource",
     "Metrics",
     "NodeProvider",
+    "RepairStore",
     "Scheduler",
     "Store",
     "Workload",
@@ -351,3 +363,83 @@ class AttributionProvider(Protocol):
     def name(self) -> str: ...
 
     def attribute(self, job: Job, attempt: int, detections: Sequence[Detection]) -> Verdict: ...
+
+
+class RepairStore(Protocol):
+    """Durable state of node auto-repair: alerts, repairs, policy, breaker, validation results.
+
+    Repair transitions are compare-and-set on the state (``ConflictError`` when another replica
+    moved it first); alerts are deduplicated by (cluster, node, key).
+    """
+
+    def upsert_alert(self, alert: Alert, now: datetime) -> Alert:
+        """Record a firing alert: new -> inserted; seen before -> count+1, last_seen=now, and a
+        resolved one fires again (first_seen kept)."""
+        ...
+
+    def resolve_alert(self, alert_id: int, now: datetime) -> Alert: ...
+
+    def list_alerts(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        node: NodeName | None = None,
+        state: AlertState | None = None,
+        unmapped_only: bool = False,
+    ) -> list[Alert]: ...
+
+    def create_repair(
+        self,
+        request: RepairRequest,
+        *,
+        state: RepairState,
+        now: datetime,
+        approved_by: str | None = None,
+        rule: str | None = None,
+    ) -> tuple[Repair, bool]:
+        """Insert a repair; with ``request.request_id`` the pair (requested_by, request_id) is an
+        idempotency key across the cluster, finished repairs included: a repeat returns the
+        existing repair and False (also when a concurrent writer inserted it first)."""
+        ...
+
+    def get_repair(self, repair_id: int) -> Repair | None: ...
+
+    def list_repairs(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        node: NodeName | None = None,
+        states: frozenset[RepairState] | None = None,
+        since: datetime | None = None,
+    ) -> list[Repair]:
+        """Repairs matching every filter (``since``: created at or after), oldest first."""
+        ...
+
+    def transition_repair(
+        self,
+        repair_id: int,
+        expected: RepairState,
+        new: RepairState,
+        now: datetime,
+        update: RepairUpdate | None = None,
+    ) -> Repair:
+        """Move a repair from ``expected`` to ``new`` (must be allowed by ``TRANSITIONS``;
+        ``InputError`` otherwise) and apply ``update``. ``ConflictError`` when its state is no
+        longer ``expected``; ``NotFoundError`` for an unknown id."""
+        ...
+
+    def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:
+        """The cluster's policy, or the defaults when none was stored."""
+        ...
+
+    def put_repair_policy(self, cluster: ClusterName, policy: RepairPolicy) -> None: ...
+
+    def get_breaker(self, cluster: ClusterName) -> Breaker: ...
+
+    def set_breaker(self, breaker: Breaker, *, expected_tripped: bool) -> Breaker:
+        """Compare-and-set on ``tripped`` (``ConflictError`` when someone flipped it first)."""
+        ...
+
+    def add_validation(self, result: ValidationResult) -> None: ...
+
+    def list_validations(self, repair_id: int) -> list[ValidationResult]: ...

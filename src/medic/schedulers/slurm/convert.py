@@ -1,0 +1,389 @@
+"""Canonical Slurm records -> medic's ``Job`` and ``Node``, and ``scontrol show ... -o`` text ->
+canonical records.
+
+Pure functions, no I/O. The JSON of every Slurm version reaches this module already normalised
+by ``versions``; the ``scontrol`` one-line text format has been stable for many releases and is
+read here directly. Mapping rules:
+
+* node state = base state + flags: DRAIN/FAIL on an idle node is DRAINED, on a busy one DRAINING;
+  DOWN, NOT_RESPONDING (``*``), REBOOT_ISSUED and power-saving states are DOWN;
+* job state = Slurm's name (a CANCELLED job is CANCELLED, ...); a pending job is *held* when its
+  priority is 0 or its reason says so (``JobHeldUser``, ``JobHeldAdmin``, requeued-held);
+* GPUs = the sum of the ``gpu`` entries of the node's GRES (``gpu:8``, ``gpu:h100:8(S:0-1)``);
+* output paths: Slurm's filename patterns (``%j``, ``%x``, ``%N``...) expanded as Slurm does for a
+  batch job, relative paths against the working directory (``scontrol`` prints them expanded).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from medic.domain.cluster import Job, JobState, Node, NodeState
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.schedulers.slurm.hostlist import expand_hostlist
+from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode
+
+__all__ = [
+    "expand_output_pattern",
+    "gpu_count",
+    "is_held",
+    "job_from_canonical",
+    "job_from_scontrol",
+    "job_state",
+    "merge_accounting_runs",
+    "node_from_canonical",
+    "node_from_scontrol",
+    "node_state",
+    "parse_scontrol_records",
+]
+
+_JOB_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "SPECIAL_EXIT": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "CONFIGURING": JobState.RUNNING,
+    "RUNNING": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.COMPLETING,
+    "COMPLETING": JobState.COMPLETING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "PREEMPTED": JobState.PREEMPTED,
+}
+_HELD_REASONS = {"JOBHELDUSER", "JOBHELDADMIN", "JOB_REQUEUED_IN_HELD_STATE", "SPECIALEXIT"}
+_DOWN_FLAGS = {"NOT_RESPONDING", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP"}
+_DRAIN_FLAGS = {"DRAIN", "FAIL"}
+_BUSY = {"ALLOCATED", "MIXED", "COMPLETING"}
+_SINFO_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+
+
+def _upper(flags: Iterable[str]) -> set[str]:
+    return {f.upper() for f in flags}
+
+
+def node_state(state: str, flags: Iterable[str]) -> NodeState:
+    """Slurm's base state and flags -> ``NodeState`` (see the module docstring)."""
+    base, extra = _split_suffix(state.upper())
+    present = _upper(flags) | extra
+    if base in ("DOWN", "ERROR", "FUTURE") or present & _DOWN_FLAGS:
+        return NodeState.DOWN
+    if present & _DRAIN_FLAGS or base in ("DRAIN", "DRAINED", "DRAINING", "DRNG"):
+        busy = base in _BUSY or base in ("DRAINING", "DRNG") or "COMPLETING" in present
+        return NodeState.DRAINING if busy else NodeState.DRAINED
+    simple = {"IDLE": NodeState.IDLE, "ALLOCATED": NodeState.ALLOCATED, "MIXED": NodeState.MIXED}
+    if "COMPLETING" in present and base == "IDLE":
+        return NodeState.ALLOCATED
+    return simple.get(base, NodeState.UNKNOWN)
+
+
+def _split_suffix(state: str) -> tuple[str, set[str]]:
+    """``IDLE+DRAIN`` / ``idle*`` -> ``IDLE`` and ``{DRAIN}`` / ``{NOT_RESPONDING}``."""
+    base, *flags = state.split("+")
+    extra = set(flags)
+    while base and base[-1] in _SINFO_SUFFIX_FLAGS:
+        extra.add(_SINFO_SUFFIX_FLAGS[base[-1]])
+        base = base[:-1]
+    return base, extra
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a GRES string: ``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:a:2,gpu:b:2`` -> 8, 8, 4."""
+    total = 0
+    for entry in re.split(r",(?![^(]*\))", gres):
+        parts = re.sub(r"\(.*?\)", "", entry).strip().split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        match = re.match(r"\d+", count)
+        total += int(match.group()) if match else 1
+    return total
+
+
+def node_from_canonical(record: CanonicalNode) -> Node:
+    reason = record["reason"].strip() or None
+    return Node(
+        name=NodeName(record["name"]),
+        state=node_state(record["state"], record["flags"]),
+        partitions=tuple(record["partitions"]),
+        gpus=gpu_count(record["gres"]),
+        reason=reason,
+    )
+
+
+def job_state(record: CanonicalJob) -> JobState:
+    """Slurm's job state -> ``JobState``; a job still completing on its nodes is COMPLETING.
+
+    A requeued job is PENDING at once, even while its old processes are still being cleaned up:
+    22.05's JSON already says PENDING then, ``scontrol`` says COMPLETING with no end time (a job
+    that really ended has one), newer JSON ``["PENDING", "COMPLETING"]``.
+    """
+    flags = _upper(record["flags"])
+    state = record["state"].upper()
+    if state == "COMPLETING" and record["end_time"] is None:
+        return JobState.PENDING
+    mapped = _JOB_STATES.get(state, JobState.UNKNOWN)
+    if "COMPLETING" in flags and mapped is not JobState.PENDING:
+        return JobState.COMPLETING
+    if "REQUEUED" in flags and mapped in (JobState.RUNNING, JobState.COMPLETING):
+        return JobState.PENDING
+    return mapped
+
+
+def is_held(record: CanonicalJob) -> bool:
+    """A pending job that will not start until released (priority 0 is Slurm's hold)."""
+    if job_state(record) is not JobState.PENDING:
+        return False
+    reason = record["reason"].replace(" ", "_").upper()
+    return record["hold"] or record["priority"] == 0 or reason in _HELD_REASONS
+
+
+def expand_output_pattern(pattern: str, record: CanonicalJob, *, stream: str = "out") -> str:
+    """A job's stdout/stderr path as Slurm writes it for the batch step.
+
+    Empty ``pattern`` is Slurm's default (``slurm-%j.out``, arrays ``slurm-%A_%a.out``).
+    Handles ``%%``, ``%A``, ``%a``, ``%j``, ``%J``, ``%N``, ``%n``, ``%s``, ``%t``, ``%u``,
+    ``%x`` and a width (``%5j``); ``\\`` disables expansion like Slurm. Relative paths resolve
+    against the job's working directory.
+    """
+    if not pattern:
+        array = record["array_task_id"] is not None
+        pattern = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    if "\\" in pattern:
+        expanded = pattern.replace("\\", "")
+    else:
+        nodes = expand_hostlist(record["nodes"])
+        values = {
+            "A": str(record["array_job_id"] or record["job_id"]),
+            "a": str(record["array_task_id"] if record["array_task_id"] is not None else ""),
+            "j": record["job_id"],
+            "J": f"{record['job_id']}.batch",
+            "N": nodes[0] if nodes else "",
+            "n": "0",
+            "s": "batch",
+            "t": "0",
+            "u": record["user"],
+            "x": record["name"],
+        }
+
+        def repl(match: re.Match[str]) -> str:
+            if match[2] == "%":
+                return "%"
+            value = values.get(match[2])
+            if value is None:
+                return match[0]
+            return value.zfill(int(match[1])) if match[1] and value.isdigit() else value
+
+        expanded = re.sub(r"%(\d*)([%AaJjNnstux])", repl, pattern)
+    if not posixpath.isabs(expanded) and record["workdir"]:
+        expanded = posixpath.join(record["workdir"], expanded)
+    return expanded
+
+
+def _datetime(epoch: int | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch else None
+
+
+def _log_paths(record: CanonicalJob) -> tuple[str, ...]:
+    if record["stdout"] is None:
+        return ()
+    out = expand_output_pattern(record["stdout"], record)
+    err = expand_output_pattern(record["stderr"], record) if record["stderr"] else out
+    return tuple(p for p in dict.fromkeys([out, err]) if p != "/dev/null")
+
+
+def job_from_canonical(record: CanonicalJob, cluster: ClusterName) -> Job:
+    state = job_state(record)
+    ended = state.is_terminal
+    nodes = expand_hostlist(record["nodes"]) if state is not JobState.PENDING else ()
+    return Job(
+        id=JobId(record["job_id"]),
+        cluster=cluster,
+        name=record["name"],
+        state=state,
+        partition=record["partition"],
+        nodes=tuple(NodeName(n) for n in nodes),
+        excluded_nodes=frozenset(NodeName(n) for n in expand_hostlist(record["excluded_nodes"])),
+        restart_count=record["restart_count"],
+        held=is_held(record),
+        num_nodes=record["node_count"] or max(len(nodes), 1),
+        submit_time=_datetime(record["submit_time"]),
+        start_time=_datetime(record["start_time"]) if state is not JobState.PENDING else None,
+        end_time=_datetime(record["end_time"]) if ended else None,
+        exit_code=record["exit_code"] if ended else None,
+        comment=record["comment"] or None,
+        log_paths=_log_paths(record),
+    )
+
+
+def merge_accounting_runs(records: Iterable[CanonicalJob]) -> list[CanonicalJob]:
+    """One record per job from ``sacct --duplicates`` rows (one per run): the latest run, with
+    the number of runs before it as the restart count. A run that has not started (pending again
+    after a requeue) is the latest."""
+    runs: dict[str, list[CanonicalJob]] = {}
+    for record in records:
+        runs.setdefault(record["job_id"], []).append(record)
+    merged = []
+    for rows in runs.values():
+        rows.sort(key=lambda r: r["start_time"] or float("inf"))
+        latest = rows[-1].copy()
+        latest["restart_count"] = len(rows) - 1
+        merged.append(latest)
+    return merged
+
+
+# --- scontrol show job/node -o --------------------------------------------------------------
+_KEY = re.compile(r"(?:^|\s+)([A-Z][A-Za-z0-9_:/]*)=")
+_FREE_TEXT = {"Comment", "AdminComment", "SystemComment", "JobName", "Command", "Reason", "OS"}
+_KNOWN = {
+    # job keys (22.05 and later) that may follow a free-text value
+    "JobId", "JobName", "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account", "QOS",
+    "JobState", "Reason", "Dependency", "Requeue", "Restarts", "BatchFlag", "Reboot", "ExitCode",
+    "DerivedExitCode", "RunTime", "TimeLimit", "TimeMin", "SubmitTime", "EligibleTime",
+    "AccrueTime", "StartTime", "EndTime", "Deadline", "SuspendTime", "SecsPreSuspend",
+    "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid", "ReqNodeList", "ExcNodeList",
+    "NodeList", "BatchHost", "NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "ReqB:S:C:T", "TRES",
+    "Socks/Node", "NtasksPerN:B:S:C", "CoreSpec", "MinCPUsNode", "MinMemoryNode",
+    "MinMemoryCPU", "MinTmpDiskNode", "Features", "DelayBoot", "OverSubscribe", "Contiguous",
+    "Licenses", "Network", "Command", "WorkDir", "Comment", "AdminComment", "SystemComment",
+    "StdErr", "StdIn", "StdOut", "Power", "ArrayJobId", "ArrayTaskId", "HetJobId",
+    "HetJobOffset", "Reservation", "TresPerNode", "TresPerJob", "MailUser", "MailType",
+    "CpusPerTres", "MemPerTres", "TresBind", "TresFreq", "NtasksPerTRES", "Prefer", "Extra",
+    "Container", "ContainerID",
+    # node keys
+    "NodeName", "Arch", "CoresPerSocket", "CPUAlloc", "CPUEfctv", "CPUTot", "CPULoad",
+    "AvailableFeatures", "ActiveFeatures", "Gres", "NodeAddr", "NodeHostName", "Port", "Version",
+    "OS", "RealMemory", "AllocMem", "FreeMem", "Sockets", "Boards", "State", "ThreadsPerCore",
+    "TmpDisk", "Weight", "Owner", "Partitions", "BootTime", "SlurmdStartTime", "LastBusyTime",
+    "ResumeAfterTime", "CfgTRES", "AllocTRES", "CapWatts", "CurrentWatts", "AveWatts",
+    "ExtSensorsJoules", "ExtSensorsWatts", "ExtSensorsTemp", "NextState", "InstanceId",
+    "InstanceType",
+}  # fmt: skip
+_NULLS = {"(null)", "N/A", "None", "Unknown", "n/a", ""}
+
+
+def parse_scontrol_records(output: str) -> list[dict[str, str]]:
+    """``scontrol show job -o`` / ``show node -o`` -> one ``{key: value}`` per line.
+
+    A value may hold spaces (``Comment={"medic": {...}}``, ``Reason=Not responding``). After a
+    free-text key, a following ``Word=`` only starts a new field when it is a key scontrol is
+    known to print, so ``Comment=a b=c`` keeps its ``b=c``.
+    """
+    records = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        fields: dict[str, str] = {}
+        key: str | None = None
+        pos = 0
+        for match in _KEY.finditer(line):
+            if key is not None and key in _FREE_TEXT and match[1] not in _KNOWN:
+                continue
+            if key is not None:
+                fields[key] = line[pos : match.start()].strip()
+            key, pos = match[1], match.end()
+        if key is not None:
+            fields[key] = line[pos:].strip()
+        records.append(fields)
+    return records
+
+
+def _value(fields: dict[str, str], key: str) -> str:
+    value = fields.get(key, "")
+    return "" if value in _NULLS else value
+
+
+def _int(fields: dict[str, str], key: str) -> int | None:
+    match = re.match(r"\d+", _value(fields, key))
+    return int(match.group()) if match else None
+
+
+def _epoch(fields: dict[str, str], key: str) -> int | None:
+    """scontrol prints local time of the host it runs on (``2026-01-01T10:00:00``)."""
+    try:
+        return int(datetime.fromisoformat(_value(fields, key)).astimezone(UTC).timestamp())
+    except ValueError:
+        return None
+
+
+def _exit_code(value: str) -> int | None:
+    """``ExitCode=3:0`` (status 3) / ``0:9`` (signal 9) -> 3 / 137."""
+    code, _, signal = value.partition(":")
+    if not code.isdigit():
+        return None
+    return 128 + int(signal) if signal.isdigit() and int(signal) else int(code)
+
+
+def job_from_scontrol(fields: dict[str, str]) -> CanonicalJob:
+    """One ``scontrol show job -o`` record -> a canonical job (paths come expanded)."""
+    return CanonicalJob(
+        job_id=_value(fields, "JobId"),
+        name=fields.get("JobName", ""),
+        state=_value(fields, "JobState").upper() or "UNKNOWN",
+        flags=[],
+        reason=_value(fields, "Reason"),
+        partition=_value(fields, "Partition"),
+        nodes=_value(fields, "NodeList"),
+        excluded_nodes=_value(fields, "ExcNodeList"),
+        node_count=_int(fields, "NumNodes"),
+        restart_count=_int(fields, "Restarts") or 0,
+        priority=_int(fields, "Priority"),
+        hold=False,
+        submit_time=_epoch(fields, "SubmitTime"),
+        start_time=_epoch(fields, "StartTime"),
+        end_time=_epoch(fields, "EndTime"),
+        exit_code=_exit_code(fields.get("ExitCode", "")),
+        comment=_value(fields, "Comment"),
+        stdout=_value(fields, "StdOut"),
+        stderr=_value(fields, "StdErr"),
+        workdir=_value(fields, "WorkDir"),
+        user=_value(fields, "UserId").split("(")[0],
+        array_job_id=_int(fields, "ArrayJobId"),
+        array_task_id=_int(fields, "ArrayTaskId"),
+    )
+
+
+def node_from_scontrol(fields: dict[str, str]) -> CanonicalNode:
+    """One ``scontrol show node -o`` record -> a canonical node.
+
+    ``Reason=medic: x [root@2026-01-01T10:00:00]``: the bracket (who and when) is split off.
+    """
+    base, flags = _split_suffix(_value(fields, "State").upper())
+    reason = _value(fields, "Reason")
+    user = ""
+    match = re.match(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\]]*)@[^\]]*\]$", reason)
+    if match:
+        reason, user = match["reason"], match["user"]
+    return CanonicalNode(
+        name=_value(fields, "NodeName"),
+        state=base or "UNKNOWN",
+        flags=sorted(flags),
+        reason=reason,
+        reason_user=user,
+        partitions=[p for p in _value(fields, "Partitions").split(",") if p],
+        gres=_value(fields, "Gres"),
+        boot_time=_epoch(fields, "BootTime"),
+    )

@@ -1,13 +1,15 @@
 """The composition root: builds a running medic from :class:`Settings`.
 
-The only module that names concrete adapters (the SQL store, the simulator, Prometheus metrics).
-Everything above it (CLI, API, demo) receives :class:`~medic.control.services.Services`, typed by
-ports, so swapping an adapter never touches them.
+The only module that names concrete adapters (the SQL store, the simulator, the Slurm adapter,
+Prometheus metrics). Everything above it (CLI, API, demo) receives
+:class:`~medic.control.services.Services`, typed by ports, so swapping an adapter never touches
+them.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from medic.config.settings import Settings
@@ -17,8 +19,14 @@ from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
-from medic.ports import Clock, Scheduler, Store
+from medic.ports import Clock, FaultInjector, LogSource, Scheduler, Store, Workload
+from medic.schedulers.cache import SnapshotCache
 from medic.schedulers.sim import SimCluster
+from medic.schedulers.slurm import (
+    SlurmLogSource,
+    SlurmScheduler,
+    runner_from_settings,
+)
 from medic.store import create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
 
@@ -26,7 +34,7 @@ __all__ = ["SystemClock", "build", "build_scheduler", "open_store"]
 
 logger = logging.getLogger(__name__)
 
-SCHEDULERS = ("sim",)
+SCHEDULERS = ("sim", "slurm")
 
 
 class SystemClock:
@@ -34,6 +42,14 @@ class SystemClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cluster:
+    scheduler: Scheduler
+    logs: LogSource
+    injector: FaultInjector | None
+    workload: Workload | None
 
 
 def open_store(settings: Settings) -> Store:
@@ -44,10 +60,11 @@ def open_store(settings: Settings) -> Store:
 def build_scheduler(settings: Settings, *, clock: Clock | None = None) -> Scheduler:
     """The configured scheduler on its own, for a remote controller (``medic controller``)."""
     _check_scheduler(settings)
-    sim = SimCluster(
-        clock or SystemClock(), settings.sim, cluster=ClusterName(settings.scheduler.cluster)
-    )
-    return sim.scheduler
+    if settings.scheduler.kind == "slurm":
+        runner = runner_from_settings(settings.slurm)
+        return SlurmScheduler(runner, ClusterName(settings.scheduler.cluster), settings.slurm)
+    cluster = ClusterName(settings.scheduler.cluster)
+    return SimCluster(clock or SystemClock(), settings.sim, cluster=cluster).scheduler
 
 
 def _check_scheduler(settings: Settings) -> None:
@@ -58,15 +75,18 @@ def _check_scheduler(settings: Settings) -> None:
         )
 
 
-def build(
-    settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
-) -> Services:
-    """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
-    _check_scheduler(settings)
-    clock = clock or SystemClock()
-    store = open_store(settings)
-    cluster = ClusterName(settings.scheduler.cluster)
-    sim = SimCluster(clock, settings.sim, cluster=cluster)
+def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: bool) -> _Cluster:
+    name = ClusterName(settings.scheduler.cluster)
+    if settings.scheduler.kind == "slurm":
+        runner = runner_from_settings(settings.slurm)
+        scheduler = SnapshotCache(
+            SlurmScheduler(runner, name, settings.slurm),
+            clock=clock,
+            ttl_seconds=settings.slurm.snapshot_seconds,
+        )
+        logs = SlurmLogSource(store, settings.slurm, clock=clock)
+        return _Cluster(scheduler, logs, injector=None, workload=None)
+    sim = SimCluster(clock, settings.sim, cluster=name)
     if start_workload:
         for i in range(settings.sim.jobs):
             sim.workload.submit(
@@ -74,10 +94,21 @@ def build(
                     i + 1, num_nodes=settings.sim.nodes_per_job, partitions=settings.sim.partitions
                 )
             )
+    return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload)
+
+
+def build(
+    settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
+) -> Services:
+    """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
+    _check_scheduler(settings)
+    clock = clock or SystemClock()
+    store = open_store(settings)
+    parts = _cluster(settings, store, clock, start_workload)
     metrics = PrometheusMetrics()
     loop = ControlLoop(
-        scheduler=sim.scheduler,
-        logs=sim.logs,
+        scheduler=parts.scheduler,
+        logs=parts.logs,
         store=store,
         diagnoser=SignatureDiagnoser(),
         clock=clock,
@@ -86,15 +117,15 @@ def build(
     )
     return Services(
         settings=settings,
-        cluster=cluster,
+        cluster=parts.scheduler.cluster,
         clock=clock,
         store=store,
-        scheduler=sim.scheduler,
-        logs=sim.logs,
+        scheduler=parts.scheduler,
+        logs=parts.logs,
         metrics=metrics,
         exposition=metrics.render,
         loop=loop,
-        injector=sim.fault_injector,
-        workload=sim.workload,
+        injector=parts.injector,
+        workload=parts.workload,
         close=getattr(store, "close", lambda: None),
     )

@@ -115,6 +115,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "loop.error_backoff_seconds": NON_NEGATIVE,
     "slurm.ssh_port": PORT,
     "slurm.command_timeout_seconds": POSITIVE,
+    "slurm.snapshot_seconds": NON_NEGATIVE,
     "controller.watchdog_timeout_seconds": POSITIVE,
     "controller.poll_seconds": POSITIVE,
     "api.host": NonEmpty(),

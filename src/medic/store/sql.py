@@ -1,8 +1,10 @@
 """``SqlStore``: the ``medic.ports.Store`` implementation on SQLAlchemy Core.
 
 This class is a thin facade: the work lives in ``sql_inventory`` (clusters, nodes, jobs,
-attempts), ``sql_diagnosis`` (detections, verdicts), ``sql_advice`` (advice, scheduler actions)
-and ``sql_audit`` (audit trail, cursors), all on one :class:`~medic.store.db.Database`.
+attempts), ``sql_diagnosis`` (detections, verdicts), ``sql_advice`` (advice, scheduler actions),
+``sql_audit`` (audit trail, cursors), and for ``medic.ports.RepairStore`` in ``sql_repairs``
+(repairs, validation results) and ``sql_repair_state`` (alerts, repair policy, breaker), all on
+one :class:`~medic.store.db.Database`.
 
 One instance is safe to share between threads (control loop, API workers): every call takes its
 own pooled connection and transaction.
@@ -21,8 +23,19 @@ from medic.domain.attempts import Attempt, Progress
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
-from medic.domain.ids import AdviceId, ClusterName, JobId
-from medic.store import sql_advice, sql_audit, sql_diagnosis
+from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.repairs import (
+    Alert,
+    AlertState,
+    Breaker,
+    Repair,
+    RepairPolicy,
+    RepairRequest,
+    RepairState,
+    RepairUpdate,
+    ValidationResult,
+)
+from medic.store import sql_advice, sql_audit, sql_diagnosis, sql_repair_state, sql_repairs
 from medic.store.db import Database
 from medic.store.sql_inventory import Inventory
 
@@ -30,7 +43,8 @@ __all__ = ["SqlStore"]
 
 
 class SqlStore:
-    """Durable state in SQLite, PostgreSQL or MySQL/MariaDB (see ``medic.ports.Store``)."""
+    """Durable state in SQLite, PostgreSQL or MySQL/MariaDB (see ``medic.ports.Store`` and
+    ``medic.ports.RepairStore``)."""
 
     def __init__(self, engine: Engine) -> None:
         """Wrap a ready engine; the schema must be migrated (``create_store`` does both)."""
@@ -175,3 +189,80 @@ class SqlStore:
 
     def set_cursor(self, source: str, value: str) -> None:
         sql_audit.set_cursor(self._db, source, value)
+
+    # --- node auto-repair: alerts ------------------------------------------------------------
+    def upsert_alert(self, alert: Alert, now: datetime) -> Alert:
+        return sql_repair_state.upsert_alert(self._db, alert, now)
+
+    def resolve_alert(self, alert_id: int, now: datetime) -> Alert:
+        return sql_repair_state.resolve_alert(self._db, alert_id, now)
+
+    def list_alerts(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        node: NodeName | None = None,
+        state: AlertState | None = None,
+        unmapped_only: bool = False,
+    ) -> list[Alert]:
+        return sql_repair_state.list_alerts(
+            self._db, cluster=cluster, node=node, state=state, unmapped_only=unmapped_only
+        )
+
+    # --- node auto-repair: repairs -----------------------------------------------------------
+    def create_repair(
+        self,
+        request: RepairRequest,
+        *,
+        state: RepairState,
+        now: datetime,
+        approved_by: str | None = None,
+        rule: str | None = None,
+    ) -> tuple[Repair, bool]:
+        return sql_repairs.create_repair(
+            self._db, request, state=state, now=now, approved_by=approved_by, rule=rule
+        )
+
+    def get_repair(self, repair_id: int) -> Repair | None:
+        return sql_repairs.get_repair(self._db, repair_id)
+
+    def list_repairs(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        node: NodeName | None = None,
+        states: frozenset[RepairState] | None = None,
+        since: datetime | None = None,
+    ) -> list[Repair]:
+        return sql_repairs.list_repairs(
+            self._db, cluster=cluster, node=node, states=states, since=since
+        )
+
+    def transition_repair(
+        self,
+        repair_id: int,
+        expected: RepairState,
+        new: RepairState,
+        now: datetime,
+        update: RepairUpdate | None = None,
+    ) -> Repair:
+        return sql_repairs.transition_repair(self._db, repair_id, expected, new, now, update)
+
+    # --- node auto-repair: policy, breaker, validation ---------------------------------------
+    def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:
+        return sql_repair_state.get_repair_policy(self._db, cluster)
+
+    def put_repair_policy(self, cluster: ClusterName, policy: RepairPolicy) -> None:
+        sql_repair_state.put_repair_policy(self._db, cluster, policy)
+
+    def get_breaker(self, cluster: ClusterName) -> Breaker:
+        return sql_repair_state.get_breaker(self._db, cluster)
+
+    def set_breaker(self, breaker: Breaker, *, expected_tripped: bool) -> Breaker:
+        return sql_repair_state.set_breaker(self._db, breaker, expected_tripped=expected_tripped)
+
+    def add_validation(self, result: ValidationResult) -> None:
+        sql_repairs.add_validation(self._db, result)
+
+    def list_validations(self, repair_id: int) -> list[ValidationResult]:
+        return sql_repairs.list_validations(self._db, repair_id)

@@ -20,14 +20,19 @@ __all__ = [
     "MEDIC_TABLES",
     "actions",
     "advice",
+    "alerts",
     "attempts",
     "audit_events",
+    "breakers",
     "clusters",
     "cursors",
     "detections",
     "jobs",
     "metadata",
     "nodes",
+    "repair_policies",
+    "repairs",
+    "validations",
     "verdicts",
 ]
 
@@ -230,6 +235,100 @@ cursors = sa.Table(
     metadata,
     sa.Column("source", sa.String(NAME), primary_key=True),
     sa.Column("value", LongText(), nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+# --- node auto-repair ----------------------------------------------------------------------
+alerts = sa.Table(
+    "alerts",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("cluster", sa.String(CLUSTER), nullable=False),
+    sa.Column("node", sa.String(NAME), nullable=False),
+    sa.Column("key", sa.String(NAME), nullable=False),
+    sa.Column("source", sa.String(SHORT), nullable=False),
+    sa.Column("detector", sa.String(NAME), nullable=False),
+    sa.Column("summary", LongText(), nullable=False),
+    sa.Column("description", LongText(), nullable=False),
+    sa.Column("severity", sa.String(SHORT), nullable=False),
+    sa.Column("evidence", JsonText(), nullable=False),
+    sa.Column("mapped_action", sa.String(SHORT), nullable=True),
+    sa.Column("xid", sa.Integer(), nullable=True),
+    sa.Column("state", sa.String(SHORT), nullable=False),
+    sa.Column("first_seen", UtcDateTime(), nullable=False),
+    sa.Column("last_seen", UtcDateTime(), nullable=False),
+    sa.Column("count", sa.Integer(), nullable=False),
+    # Deduplication: a signal seen again on the same node updates its row instead of adding one.
+    sa.UniqueConstraint("cluster", "node", "key"),
+    **MYSQL_TABLE_ARGS,
+)
+
+repairs = sa.Table(
+    "repairs",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+    sa.Column("cluster", sa.String(CLUSTER), nullable=False),
+    # One target node per repair, enforced by the schema: a single value, never a list.
+    sa.Column("node", sa.String(NAME), nullable=False),
+    sa.Column("action", sa.String(SHORT), nullable=False),
+    sa.Column("state", sa.String(SHORT), nullable=False),
+    sa.Column("requested_by", sa.String(NAME), nullable=False),
+    sa.Column("requester_kind", sa.String(SHORT), nullable=False),
+    sa.Column("request_id", sa.String(NAME), nullable=True),
+    sa.Column("reason", LongText(), nullable=False),
+    sa.Column("alert_keys", JsonText(), nullable=False),
+    sa.Column("xid", sa.Integer(), nullable=True),
+    sa.Column("approved_by", sa.String(NAME), nullable=True),
+    sa.Column("rule", sa.String(NAME), nullable=True),
+    sa.Column("approved_at", UtcDateTime(), nullable=True),
+    sa.Column("wait_deadline", UtcDateTime(), nullable=True),
+    sa.Column("interrupted_jobs", JsonText(), nullable=False),
+    sa.Column("escalated_from", sa.String(SHORT), nullable=True),
+    sa.Column("boot_id", sa.String(NAME), nullable=True),
+    sa.Column("error", LongText(), nullable=True),
+    sa.Column("evidence", JsonText(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    # The idempotency key of repair requests. Rows without a request id hold NULL here, and a
+    # UNIQUE constraint lets NULLs repeat on every engine, so those never collide.
+    sa.UniqueConstraint("cluster", "requested_by", "request_id"),
+    sa.Index(None, "cluster", "node", "state"),
+    sa.Index(None, "cluster", "created_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+repair_policies = sa.Table(
+    "repair_policies",
+    metadata,
+    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
+    sa.Column("policy", JsonText(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+breakers = sa.Table(
+    "breakers",
+    metadata,
+    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
+    sa.Column("tripped", sa.Boolean(), nullable=False),
+    sa.Column("tripped_at", UtcDateTime(), nullable=True),
+    sa.Column("reason", LongText(), nullable=True),
+    sa.Column("reset_by", sa.String(NAME), nullable=True),
+    sa.Column("reset_at", UtcDateTime(), nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+validations = sa.Table(
+    "validations",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+    sa.Column("repair_id", sa.Integer(), sa.ForeignKey("repairs.id"), nullable=False),
+    sa.Column("node", sa.String(NAME), nullable=False),
+    sa.Column("outcome", sa.String(SHORT), nullable=False),
+    sa.Column("tests", JsonText(), nullable=False),
+    sa.Column("time", UtcDateTime(), nullable=False),
+    sa.Column("ticket", sa.String(NAME), nullable=True),
+    sa.Index(None, "repair_id"),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -1,0 +1,395 @@
+"""Node-repair decisions: approval, and the one entry point that turns a node's alerts into a
+recommendation (or a reasoned skip).
+
+:func:`recommend` chains, first stop wins, each step with a stable rule id:
+
+1. ``no-alert``: nothing firing on the node.
+2. ``open-repair``: the node already has an unfinished repair (one repair per node at a time).
+3. ``unmapped``: no firing alert has an action mapping (:func:`.lightest.effective_action`); the
+   alerts stay listed, never dropped.
+4. ``persistence``: no mapped alert has held long enough yet (``retry_at`` says when one will).
+5. ``cooldown``: a repair on the node finished less than the cooldown ago.
+6. ``escalation``: each persistent alert's action climbs the ladder when its fault is back after
+   the same action ran twice; the heaviest wins (it fixes the lighter faults too) and every
+   persistent mapped alert becomes evidence of the request.
+7. ``migration-gate``: a migrate without critical evidence becomes a reprovision.
+8. approval (:func:`approve`): ``approval-required``, ``auto:action:<a>``, ``auto:xid:<code>`` or,
+   when the breaker is tripped, ``breaker-tripped`` (pending: people still approve).
+9. ``budget``: an automatically approved repair that does not fit the concurrency budget is not
+   created now (Skip); it is reconsidered next pass. A pending one is created: the budget is
+   checked again when an approved repair is about to start (:func:`.guards.within_budget`).
+
+:func:`admit` is the path of a detector's or a person's own request: evidence gate, detector cap,
+open repair, migration gate, approval. Detectors skip the approval queue (``detector-request``,
+approved by ``auto``, never as a person); a person's request is approved by that person
+(``user-request``). Removal is never automatic (``remove-human-only``).
+
+Pure: no I/O, no clock reads (``now`` is an argument).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import (
+    Alert,
+    AlertState,
+    Breaker,
+    Repair,
+    RepairAction,
+    RepairPolicy,
+    RepairRequest,
+    RepairState,
+    RequesterKind,
+)
+from medic.policy.guards import (
+    AUTO_APPROVER,
+    RULE_BUDGET,
+    RULE_COOLDOWN,
+    RULE_DETECTOR_CAP,
+    RULE_EVIDENCE,
+    RULE_PERSISTENCE,
+    detector_cap_reached,
+    has_evidence,
+    in_cooldown,
+    is_persistent,
+    within_budget,
+)
+from medic.policy.ladder import (
+    RULE_ESCALATION,
+    RULE_MIGRATION_GATE,
+    escalate,
+    gate_migration,
+    weight,
+)
+from medic.policy.lightest import alert_xid, effective_action
+from medic.policy.waiting import (
+    WaitDecision,
+    critical_alert_nodes,
+    deadline,
+    job_placement_exclusions,
+    node_health,
+    wait_decision,
+)
+
+__all__ = [
+    "MEDIC_REQUESTER",
+    "RULE_APPROVAL_REQUIRED",
+    "RULE_BREAKER_TRIPPED",
+    "RULE_DETECTOR_REQUEST",
+    "RULE_NO_ALERT",
+    "RULE_OPEN_REPAIR",
+    "RULE_REMOVE_HUMAN_ONLY",
+    "RULE_UNMAPPED",
+    "RULE_USER_REQUEST",
+    "Recommendation",
+    "Skip",
+    "WaitDecision",
+    "admit",
+    "approval_text",
+    "approve",
+    "critical_alert_nodes",
+    "deadline",
+    "job_placement_exclusions",
+    "node_health",
+    "recommend",
+    "wait_decision",
+]
+
+MEDIC_REQUESTER = "medic"
+RULE_APPROVAL_REQUIRED = "approval-required"
+RULE_BREAKER_TRIPPED = "breaker-tripped"
+RULE_DETECTOR_REQUEST = "detector-request"
+RULE_USER_REQUEST = "user-request"
+RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
+RULE_NO_ALERT = "no-alert"
+RULE_OPEN_REPAIR = "open-repair"
+RULE_UNMAPPED = "unmapped"
+
+_APPROVAL_TEXT = {
+    RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
+    RULE_BREAKER_TRIPPED: "the circuit breaker is tripped: automatic repair is paused, a person "
+    "must approve",
+    RULE_DETECTOR_REQUEST: "a detector's request skips the approval queue",
+    RULE_USER_REQUEST: "requested by a person",
+    RULE_REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """Create this repair: ``store.create_repair(request, state=state, approved_by=..., rule=...)``
+    (``approved_at=now`` and ``wait_deadline`` when approved, ``escalated_from`` from here)."""
+
+    request: RepairRequest
+    state: RepairState
+    """PENDING_APPROVAL or APPROVED."""
+    approved_by: str | None
+    rule: str
+    """The rule that decided the approval (``approval-required``, ``auto:xid:79`` ...)."""
+    reason: str
+    escalated_from: RepairAction | None = None
+    wait_deadline: datetime | None = None
+    """When approved: when the wait for an idle node ends (None: never)."""
+    trace: tuple[tuple[str, str], ...] = ()
+    """(rule id, reason) of every step that decided something, in order, for the audit trail."""
+    unmapped: tuple[str, ...] = ()
+    """Firing alert keys on the node with no action mapping (listed, never dropped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """No repair now, and why."""
+
+    rule: str
+    reason: str
+    retry_at: datetime | None = None
+    """When the answer may change by time alone (persistence reached, cooldown over)."""
+    alert_keys: tuple[str, ...] = ()
+    unmapped: tuple[str, ...] = ()
+    trace: tuple[tuple[str, str], ...] = field(default=())
+
+
+def approve(
+    request: RepairRequest,
+    policy: RepairPolicy,
+    *,
+    escalated_from: RepairAction | None = None,
+    breaker: Breaker | None = None,
+) -> tuple[RepairState, str | None, str]:
+    """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
+
+    A person's request is approved by that person; removal otherwise always waits for one. A
+    detector's request skips the queue (approved by ``auto``, never as a person). medic's own
+    recommendation waits (``approval-required``) unless its action class is in
+    ``policy.auto_actions`` (``auto:action:<a>``) or its Xid is in ``policy.auto_xids``
+    (``auto:xid:<code>``, for the mapped action only: an escalated action needs its class). With a
+    tripped ``breaker`` nothing is approved automatically (``breaker-tripped``).
+    """
+    pending = RepairState.PENDING_APPROVAL
+    if request.requester_kind is RequesterKind.USER:
+        return RepairState.APPROVED, request.requested_by, RULE_USER_REQUEST
+    if request.action.human_only:
+        return pending, None, RULE_REMOVE_HUMAN_ONLY
+    if request.requester_kind is RequesterKind.DETECTOR:
+        rule = RULE_DETECTOR_REQUEST
+    elif request.action in policy.auto_actions:
+        rule = f"auto:action:{request.action}"
+    elif escalated_from is None and request.xid is not None and request.xid in policy.auto_xids:
+        rule = f"auto:xid:{request.xid}"
+    else:
+        return pending, None, RULE_APPROVAL_REQUIRED
+    if breaker is not None and breaker.tripped:
+        return pending, None, RULE_BREAKER_TRIPPED
+    return RepairState.APPROVED, AUTO_APPROVER, rule
+
+
+def approval_text(rule: str) -> str:
+    """A readable sentence for an approval rule id."""
+    if rule.startswith("auto:"):
+        return f"approved automatically by policy rule {rule}"
+    return _APPROVAL_TEXT.get(rule, rule)
+
+
+def _open_repair(repairs: Iterable[Repair], cluster: ClusterName, node: NodeName) -> Skip | None:
+    for r in repairs:
+        if r.cluster == cluster and r.node == node and not r.state.is_terminal:
+            reason = f"repair {r.id} ({r.action}, {r.state}) is open on {node}"
+            return Skip(RULE_OPEN_REPAIR, reason)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    alert: Alert
+    action: RepairAction
+    escalated_from: RepairAction | None
+    why: str
+
+
+_SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+
+
+def _pick(candidates: Sequence[_Candidate]) -> _Candidate:
+    """The heaviest action; ties: the most severe alert, then the earliest seen, then the key."""
+
+    def order(c: _Candidate) -> tuple[int, int, str, str]:
+        seen = c.alert.first_seen.isoformat() if c.alert.first_seen else "~"
+        return (-weight(c.action), _SEVERITY_ORDER.get(c.alert.severity, 9), seen, c.alert.key)
+
+    return min(candidates, key=order)
+
+
+def _persistent(
+    firing: Sequence[Alert], policy: RepairPolicy, now: datetime
+) -> tuple[list[tuple[Alert, RepairAction]], Skip | None, str]:
+    """The firing alerts that map to an action and held long enough, or why there are none."""
+    keys = tuple(a.key for a in firing)
+    mapped = [(a, action) for a in firing if (action := effective_action(a)) is not None]
+    unmapped = tuple(a.key for a in firing if effective_action(a) is None)
+    if not mapped:
+        reason = f"no action maps to {', '.join(unmapped)} (listed for a person)"
+        return [], Skip(RULE_UNMAPPED, reason, alert_keys=keys, unmapped=unmapped), ""
+    checks = [(a, action, is_persistent(a, policy, now)) for a, action in mapped]
+    reason = "; ".join(c.reason for *_, c in checks)
+    held = [(a, action) for a, action, check in checks if check]
+    if not held:
+        retry = min((c.retry_at for *_, c in checks if c.retry_at), default=None)
+        return [], Skip(RULE_PERSISTENCE, reason, retry, keys, unmapped), reason
+    return held, None, reason
+
+
+def _migration(
+    action: RepairAction, alerts: Sequence[Alert], now: datetime, trace: list[tuple[str, str]]
+) -> tuple[RepairAction, str]:
+    """The action after the migration evidence gate, and a note when it changed."""
+    if action is not RepairAction.MIGRATE:
+        return action, ""
+    gate = gate_migration(alerts, now)
+    trace.append((RULE_MIGRATION_GATE, gate.reason))
+    return (action, "") if gate else (RepairAction.REPROVISION, f"; {gate.reason}")
+
+
+def recommend(
+    alerts_firing_on_node: Sequence[Alert],
+    node: NodeName,
+    history: Sequence[Repair],
+    policy: RepairPolicy,
+    breaker: Breaker,
+    cluster_nodes: int,
+    active_repairs: Sequence[Repair],
+    node_pools: Mapping[NodeName, str],
+    now: datetime,
+    *,
+    past_alerts: Sequence[Alert] = (),
+) -> Recommendation | Skip:
+    """medic's recommendation for ``node`` of ``breaker.cluster`` (see the module docstring).
+
+    ``alerts_firing_on_node``: the node's firing alerts (others are ignored); ``history``: the
+    node's repairs, any state and age; ``active_repairs``: the cluster's unfinished repairs;
+    ``past_alerts``: the node's resolved alerts, for the migration evidence gate (10 days).
+    """
+    cluster = breaker.cluster
+    firing = [
+        a
+        for a in alerts_firing_on_node
+        if a.state is AlertState.FIRING and a.node == node and a.cluster == cluster
+    ]
+    if not firing:
+        return Skip(RULE_NO_ALERT, f"no alert firing on {node}")
+    keys = tuple(a.key for a in firing)
+    unmapped = tuple(a.key for a in firing if effective_action(a) is None)
+    blocked = _open_repair([*history, *active_repairs], cluster, node)
+    if blocked is not None:
+        return replace(blocked, alert_keys=keys, unmapped=unmapped)
+    held, skip, persistence = _persistent(firing, policy, now)
+    if skip is not None:
+        return skip
+    cooling = in_cooldown(node, [r for r in history if r.cluster == cluster], policy, now)
+    if cooling:
+        return Skip(RULE_COOLDOWN, cooling.reason, cooling.retry_at, keys, unmapped)
+    trace: list[tuple[str, str]] = [(RULE_PERSISTENCE, persistence)]
+    candidates = []
+    for a, mapped in held:
+        up = escalate(
+            mapped, history, cluster=cluster, node=node, alert_key=a.key, xid=alert_xid(a), now=now
+        )
+        candidates.append(_Candidate(a, up.action, up.escalated_from, up.reason))
+    chosen = _pick(candidates)
+    if chosen.escalated_from is not None:
+        trace.append((RULE_ESCALATION, chosen.why))
+    action, note = _migration(chosen.action, [*firing, *past_alerts], now, trace)
+    # the gate can bring a climb back to where it started: then it did not escalate
+    escalated_from = chosen.escalated_from if chosen.escalated_from is not action else None
+    answered = tuple(c.alert.key for c in candidates)
+    reason = f"{action} for {', '.join(answered)} on {node}: {chosen.alert.summary}"
+    if chosen.escalated_from is not None:
+        reason += f"; {chosen.why}"
+    reason += note
+    request = RepairRequest(
+        cluster=cluster,
+        node=node,
+        action=action,
+        requested_by=MEDIC_REQUESTER,
+        requester_kind=RequesterKind.MEDIC,
+        reason=reason,
+        alert_keys=answered,
+        xid=alert_xid(chosen.alert),
+    )
+    state, approved_by, rule = approve(
+        request, policy, escalated_from=escalated_from, breaker=breaker
+    )
+    trace.append((rule, approval_text(rule)))
+    if state is RepairState.APPROVED:
+        budget = within_budget(cluster_nodes, active_repairs, node_pools, node, policy)
+        if not budget:
+            trace.append((RULE_BUDGET, budget.reason))
+            why = f"{reason}; waits for the budget: {budget.reason}"
+            return Skip(RULE_BUDGET, why, None, keys, unmapped, tuple(trace))
+    evidence: dict[str, object] = {"trace": [list(t) for t in trace]}
+    if escalated_from is not None:
+        evidence["escalated_from"] = str(escalated_from)
+    request = replace(request, evidence=evidence)
+    return Recommendation(
+        request=request,
+        state=state,
+        approved_by=approved_by,
+        rule=rule,
+        reason=f"{reason}; {approval_text(rule)}",
+        escalated_from=escalated_from,
+        wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
+        trace=tuple(trace),
+        unmapped=unmapped,
+    )
+
+
+def admit(
+    request: RepairRequest,
+    firing_alerts: Sequence[Alert],
+    open_repairs: Sequence[Repair],
+    recent_repairs: Sequence[Repair],
+    policy: RepairPolicy,
+    breaker: Breaker,
+    now: datetime,
+    *,
+    past_alerts: Sequence[Alert] = (),
+) -> Recommendation | Skip:
+    """A detector's or a person's own request: admitted (with its approval) or refused, and why.
+
+    ``firing_alerts``: the node's alerts (a detector's own alert recorded first);
+    ``open_repairs``: the cluster's unfinished repairs; ``recent_repairs``: the cluster's repairs
+    of the last hour at least (detector cap); ``past_alerts``: the node's resolved alerts. The
+    concurrency budget applies when the repair is about to start; the caller refuses a request
+    answered with a :class:`Skip`.
+    """
+    keys = request.alert_keys
+    evidence = has_evidence(request, firing_alerts)
+    trace: list[tuple[str, str]] = [(RULE_EVIDENCE, evidence.reason)]
+    if not evidence:
+        return Skip(RULE_EVIDENCE, evidence.reason, alert_keys=keys, trace=tuple(trace))
+    if request.requester_kind is RequesterKind.DETECTOR:
+        cap = detector_cap_reached(recent_repairs, policy, now)
+        if cap:
+            return Skip(RULE_DETECTOR_CAP, cap.reason, alert_keys=keys, trace=tuple(trace))
+    blocked = _open_repair(open_repairs, request.cluster, request.node)
+    if blocked is not None:
+        return replace(blocked, alert_keys=keys, trace=tuple(trace))
+    on_node = [a for a in [*firing_alerts, *past_alerts] if a.node == request.node]
+    action, note = _migration(request.action, on_node, now, trace)
+    if action is not request.action:
+        request = replace(request, action=action, reason=f"{request.reason}{note}")
+    state, approved_by, rule = approve(request, policy, breaker=breaker)
+    trace.append((rule, approval_text(rule)))
+    reason = f"{request.action} on {request.node} for {request.requested_by}: {request.reason}"
+    return Recommendation(
+        request=request,
+        state=state,
+        approved_by=approved_by,
+        rule=rule,
+        reason=f"{reason}; {approval_text(rule)}",
+        wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
+        trace=tuple(trace),
+    )

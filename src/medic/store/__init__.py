@@ -1,4 +1,5 @@
-"""Persistence adapter: ``medic.ports.Store`` on SQLite, PostgreSQL or MySQL/MariaDB.
+"""Persistence adapter: ``medic.ports.Store`` and ``RepairStore`` on SQLite, PostgreSQL or
+MySQL/MariaDB.
 
 The only package of medic that imports SQLAlchemy or Alembic. The composition root calls
 :func:`create_store` with the configured URL (or :func:`default_database_url`), which migrates
@@ -7,7 +8,8 @@ shutdown.
 
 Modules: ``engine`` (engine settings, migrations runner), ``columns`` and ``tables`` (schema),
 ``db`` (transactions, error translation), ``sql`` (the store facade) over ``sql_inventory``,
-``sql_diagnosis``, ``sql_advice`` and ``sql_audit``; ``migrations/`` holds the Alembic revisions.
+``sql_diagnosis``, ``sql_advice``, ``sql_audit``, ``sql_repairs`` and ``sql_repair_state``;
+``migrations/`` holds the Alembic revisions.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request, Response
 
 import medic
 from medic.api.advice import router as advice_router
+from medic.api.alerts import router as alerts_router
 from medic.api.problems import install_problem_handlers
 from medic.api.routes import router
 from medic.control.services import Services
@@ -47,6 +48,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     install_problem_handlers(app)
     app.include_router(router)
     app.include_router(advice_router)
+    app.include_router(alerts_router)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

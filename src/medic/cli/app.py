@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import medic
-from medic.cli import config, controller, demo, dev, diagnose, query, serve
+from medic.cli import agent, config, controller, demo, dev, diagnose, query, serve
 from medic.cli.common import State
 
 __all__ = ["app"]
@@ -46,3 +46,4 @@ config.register(app)
 controller.register(app)
 diagnose.register(app)
 dev.register(app)
+agent.register(app)

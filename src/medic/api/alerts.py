@@ -1,0 +1,103 @@
+"""Node health alerts: the intake of ``medic agent`` and bring-your-own detectors.
+
+``POST /api/v1/alerts`` records one finding on one node, deduplicated by (cluster, node, key): a
+firing alert is upserted (count + 1 and ``last_seen`` for a repeat; a resolved one fires again)
+and answered 201 with the stored alert; ``state: resolved`` resolves the stored alert (200; 404
+when there is none). ``GET /api/v1/alerts`` lists them; ``unmapped=true`` gives the alerts no
+repair action is mapped to (recorded and listed, never repaired).
+
+The source is ``agent`` for a ``detector`` named ``agent:...``, ``detector`` otherwise; times are
+the API's clock, never the caller's. ``mapped_action`` is left empty here: mapping a signal to
+the lightest repair is the repair engine's job.
+
+Not authenticated yet: any client that reaches the API can post alerts under any detector name
+(a later issue adds authentication; until then keep the API on a trusted network).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from fastapi import APIRouter, Request, Response
+
+from medic.api.schemas import AGENT_PREFIX, AlertIn, AlertOut
+from medic.control.services import Services
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import Alert, AlertSource, AlertState
+from medic.errors import NotFoundError, TransientError
+from medic.ports import RepairStore
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1", tags=["alerts"])
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _repairs(services: Services) -> RepairStore:
+    store = services.store
+    if not callable(getattr(store, "upsert_alert", None)):
+        raise TransientError("this medic's store does not keep alerts; upgrade the control plane")
+    return cast(RepairStore, store)
+
+
+def _existing(store: RepairStore, body: AlertIn) -> Alert | None:
+    alerts = store.list_alerts(cluster=ClusterName(body.cluster), node=NodeName(body.node))
+    return next((a for a in alerts if a.key == body.key), None)
+
+
+@router.post("/alerts", response_model=AlertOut, status_code=201)
+def post_alert(request: Request, response: Response, body: AlertIn) -> AlertOut:
+    """Record (``firing``) or clear (``resolved``) one alert."""
+    services = _services(request)
+    store = _repairs(services)
+    now = services.clock.now()
+    if body.state is AlertState.RESOLVED:
+        existing = _existing(store, body)
+        if existing is None or existing.id is None:
+            raise NotFoundError(
+                f"no alert {body.key!r} on {body.cluster}/{body.node} to resolve; "
+                "list them at /api/v1/alerts"
+            )
+        response.status_code = 200
+        if existing.state is AlertState.RESOLVED:
+            return AlertOut.of(existing)
+        return AlertOut.of(store.resolve_alert(existing.id, now))
+    source = AlertSource.AGENT if body.detector.startswith(AGENT_PREFIX) else AlertSource.DETECTOR
+    alert = Alert(
+        cluster=ClusterName(body.cluster),
+        node=NodeName(body.node),
+        key=body.key,
+        source=source,
+        summary=body.summary,
+        description=body.description,
+        severity=body.severity,
+        evidence=dict(body.evidence),
+        detector=body.detector,
+        mapped_action=None,
+        xid=body.key_xid,
+        state=AlertState.FIRING,
+    )
+    return AlertOut.of(store.upsert_alert(alert, now))
+
+
+@router.get("/alerts", response_model=list[AlertOut])
+def list_alerts(
+    request: Request,
+    cluster: str | None = None,
+    node: str | None = None,
+    state: AlertState | None = None,
+    unmapped: bool = False,
+) -> list[AlertOut]:
+    """Alerts matching every filter; ``unmapped=true``: only those without a repair action."""
+    store = _repairs(_services(request))
+    alerts = store.list_alerts(
+        cluster=ClusterName(cluster) if cluster else None,
+        node=NodeName(node) if node else None,
+        state=state,
+        unmapped_only=unmapped,
+    )
+    return [AlertOut.of(a) for a in alerts]

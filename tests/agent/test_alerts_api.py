@@ -1,0 +1,158 @@
+"""``POST /api/v1/alerts`` and ``GET /api/v1/alerts`` over real HTTP with a SQLite store:
+upsert and resolve, the source from the detector's name, filters, and validation errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import httpx
+import pytest
+
+from medic.api.alerts import router as alerts_router
+from medic.api.app import create_app
+
+from .conftest import CLUSTER, Api, Server
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def _alert(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "cluster": CLUSTER,
+        "node": "gpu-node-017",
+        "key": "xid:79",
+        "detector": "agent:gpu-node-017",
+        "summary": "GPU has fallen off the bus (Xid 79)",
+        "description": "The kernel logged Xid 79 for 0000:18:00.",
+        "severity": "critical",
+        "evidence": {"xid": 79, "mnemonic": "GPU_HAS_FALLEN_OFF_THE_BUS", "pci": "0000:18:00"},
+    }
+    body.update(overrides)
+    return body
+
+
+def _problem(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body = response.json()
+    assert body["code"] == code and body["status"] == status
+    detail: str = body["detail"]
+    return detail
+
+
+def test_a_firing_alert_is_stored_and_returned(api: Api) -> None:
+    response = api.http.post("/api/v1/alerts", json=_alert())
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["id"] >= 1 and body["state"] == "firing" and body["count"] == 1
+    assert (body["source"], body["detector"]) == ("agent", "agent:gpu-node-017")
+    assert body["xid"] == 79, "the code of an xid:<code> key"
+    assert body["mapped_action"] is None, "mapping is the repair engine's job"
+    assert body["evidence"]["mnemonic"] == "GPU_HAS_FALLEN_OFF_THE_BUS"
+    assert body["first_seen"] == body["last_seen"]
+
+
+def test_the_same_alert_again_counts_and_keeps_first_seen(api: Api) -> None:
+    first = api.http.post("/api/v1/alerts", json=_alert()).json()
+    api.clock.advance(60)
+    again = api.http.post("/api/v1/alerts", json=_alert(summary="Xid 79 again")).json()
+
+    assert again["id"] == first["id"] and again["count"] == 2
+    assert again["first_seen"] == first["first_seen"] and again["last_seen"] > first["last_seen"]
+    assert again["summary"] == "Xid 79 again"
+
+
+def test_a_detector_that_is_not_the_agent_is_a_detector(api: Api) -> None:
+    body = _alert(key="detector:nvsentinel:gpu_mem", detector="nvsentinel", xid=None)
+    stored = api.http.post("/api/v1/alerts", json=body).json()
+
+    assert stored["source"] == "detector" and stored["xid"] is None
+
+
+def test_resolve_then_fire_again(api: Api) -> None:
+    fired = api.http.post("/api/v1/alerts", json=_alert(key="agent:ecc_dbe")).json()
+    api.clock.advance(30)
+    resolved = api.http.post("/api/v1/alerts", json=_alert(key="agent:ecc_dbe", state="resolved"))
+    twice = api.http.post("/api/v1/alerts", json=_alert(key="agent:ecc_dbe", state="resolved"))
+    refired = api.http.post("/api/v1/alerts", json=_alert(key="agent:ecc_dbe"))
+
+    assert resolved.status_code == twice.status_code == 200
+    assert resolved.json()["state"] == "resolved" and resolved.json()["id"] == fired["id"]
+    assert twice.json() == resolved.json(), "resolving twice changes nothing"
+    assert refired.status_code == 201
+    assert refired.json()["state"] == "firing" and refired.json()["count"] == 2
+    assert refired.json()["first_seen"] == fired["first_seen"]
+
+
+def test_resolving_an_unknown_alert_is_not_found(api: Api) -> None:
+    response = api.http.post("/api/v1/alerts", json=_alert(key="agent:thermal", state="resolved"))
+
+    assert "agent:thermal" in _problem(response, 404, "not_found")
+
+
+def test_list_filters(api: Api) -> None:
+    api.http.post("/api/v1/alerts", json=_alert())
+    api.http.post("/api/v1/alerts", json=_alert(node="gpu-node-018", key="agent:fs_full"))
+    api.http.post("/api/v1/alerts", json=_alert(cluster="c2", key="agent:thermal"))
+    api.http.post(
+        "/api/v1/alerts", json=_alert(node="gpu-node-018", key="agent:fs_full", state="resolved")
+    )
+
+    assert len(api.alerts()) == 3
+    assert [a["key"] for a in api.alerts(cluster=CLUSTER)] == ["xid:79", "agent:fs_full"]
+    assert [a["key"] for a in api.alerts(node="gpu-node-018")] == ["agent:fs_full"]
+    assert [a["key"] for a in api.alerts(state="firing", cluster=CLUSTER)] == ["xid:79"]
+    assert len(api.alerts(unmapped="true")) == 3, "nothing is mapped yet"
+    _problem(api.http.get("/api/v1/alerts", params={"state": "burning"}), 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"key": "Agent:ECC"}, "body.key"),
+        ({"key": "agent ecc"}, "body.key"),
+        ({"key": ""}, "body.key"),
+        ({"node": "bad node/1"}, "body.node"),
+        ({"detector": "agent gpu"}, "body.detector"),
+        ({"summary": ""}, "body.summary"),
+        ({"summary": "x" * 201}, "body.summary"),
+        ({"severity": "fatal"}, "body.severity"),
+        ({"state": "flapping"}, "body.state"),
+        ({"evidence": {"blob": "x" * 17_000}}, "body.evidence"),
+        ({"evidence": ["not", "an", "object"]}, "body.evidence"),
+        ({"xid": 48}, "body.xid"),
+        ({"xid": -1}, "body.xid"),
+        ({"mapped_action": "reboot"}, "body.mapped_action"),
+        ({"source": "signature"}, "body.source"),
+    ],
+)
+def test_validation_errors(api: Api, overrides: dict[str, Any], field: str) -> None:
+    response = api.http.post("/api/v1/alerts", json=_alert(**overrides))
+
+    assert field in _problem(response, 422, "invalid_request")
+    assert api.alerts() == []
+
+
+def test_missing_fields_are_named(api: Api) -> None:
+    body = _alert()
+    del body["summary"], body["detector"]
+    detail = _problem(api.http.post("/api/v1/alerts", json=body), 422, "invalid_request")
+
+    assert "body.summary" in detail and "body.detector" in detail
+
+
+def test_a_store_without_alerts_answers_503(api: Api) -> None:
+    services = dataclasses.replace(api.services, store=object())  # type: ignore[arg-type]
+    app = create_app(services)
+    if not any(getattr(r, "path", None) == "/api/v1/alerts" for r in app.routes):
+        app.include_router(alerts_router)
+    server = Server(app)
+    server.start()
+    try:
+        response = httpx.post(f"{server.url}/api/v1/alerts", json=_alert(), timeout=5)
+    finally:
+        server.stop()
+
+    _problem(response, 503, "unavailable")

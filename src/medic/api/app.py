@@ -15,6 +15,7 @@ import medic
 from medic.api.advice import router as advice_router
 from medic.api.alerts import router as alerts_router
 from medic.api.problems import install_problem_handlers
+from medic.api.repairs import router as repairs_router
 from medic.api.routes import router
 from medic.control.services import Services
 from medic.control.tasks import LoopThread
@@ -49,6 +50,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     app.include_router(router)
     app.include_router(advice_router)
     app.include_router(alerts_router)
+    app.include_router(repairs_router)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

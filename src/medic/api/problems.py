@@ -20,6 +20,8 @@ from medic.errors import (
     InputError,
     MedicError,
     NotFoundError,
+    PolicyViolation,
+    SafetyBudgetExceeded,
     StoreError,
     TransientError,
 )
@@ -35,6 +37,8 @@ _STATUS: list[tuple[type[MedicError], int, str]] = [
     (ConfigError, 422, "invalid_setting"),
     (TransientError, 503, "unavailable"),
     (StoreError, 503, "store_unavailable"),
+    (SafetyBudgetExceeded, 409, "budget_exceeded"),
+    (PolicyViolation, 403, "policy_violation"),
 ]
 
 

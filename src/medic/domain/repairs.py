@@ -108,7 +108,8 @@ TERMINAL_STATES = frozenset(
 
 _S = RepairState
 TRANSITIONS: dict[RepairState, frozenset[RepairState]] = {
-    _S.PENDING_APPROVAL: frozenset({_S.APPROVED, _S.REJECTED, _S.CANCELLED}),
+    # pending -> pending: a person changes the action before deciding.
+    _S.PENDING_APPROVAL: frozenset({_S.PENDING_APPROVAL, _S.APPROVED, _S.REJECTED, _S.CANCELLED}),
     _S.APPROVED: frozenset({_S.CORDONED, _S.CANCELLED, _S.FAILED}),
     _S.CORDONED: frozenset({_S.WAITING_FOR_IDLE, _S.DRAINING, _S.CANCELLED, _S.FAILED}),
     _S.WAITING_FOR_IDLE: frozenset({_S.DRAINING, _S.CANCELLED, _S.FAILED}),

@@ -1,0 +1,286 @@
+"""The repair API: bring-your-own-detector and people's repair requests, decisions on repairs, the
+repair policy and the circuit breaker.
+
+=======  ==================================  =====================================================
+POST     /api/v1/repairs                     ask for one repair of one node: 201 with the new
+                                             repair, 200 with the existing one for a repeated
+                                             (requested_by, request_id); ``Location`` either way
+GET      /api/v1/repairs                     ``?cluster=&node=&state=`` (state repeatable)
+GET      /api/v1/repairs/{id}                one repair with its validation results
+POST     /api/v1/repairs/{id}/approve        a person approves (optionally another ``action``)
+POST     /api/v1/repairs/{id}/reject         a person rejects a pending repair
+POST     /api/v1/repairs/{id}/cancel         a person cancels, until the repair executes
+PUT      /api/v1/repairs/{id}/action         a person changes a pending repair's action
+GET/PUT  /api/v1/policy/repair?cluster=      the cluster's repair policy (PUT: validated, whole)
+GET      /api/v1/breaker?cluster=            the cluster's circuit breaker
+POST     /api/v1/breaker/reset               a person closes a tripped breaker (audited)
+=======  ==================================  =====================================================
+
+The rules live in :mod:`medic.control.intake`; this module maps HTTP onto it. Errors are medic
+errors turned into problem+json by ``medic.api.problems``: a guardrail (budget, detector cap,
+cooldown, breaker) is ``SafetyBudgetExceeded`` (409 ``budget_exceeded``), an open repair on the
+node a ``ConflictError`` (409), a detector acting as a person ``PolicyViolation`` (403
+``policy_violation``), a request without a firing alert as evidence and a malformed body 422.
+Times are the API's clock, never the caller's.
+
+**Who acts**: not authenticated yet (a later issue adds tokens and roles). Until then the acting
+person or detector is the body's ``requested_by``/``requester_kind`` (a request) or
+``actor``/``actor_kind`` (a decision), else the ``X-Medic-Actor`` header (``user:alice``,
+``detector:nvsentinel``, a bare name is a person). When both are given they must agree. Anyone
+who reaches the API can claim any name: keep it on a trusted network.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from medic.api.schemas import (
+    ActionChangeIn,
+    ApproveIn,
+    BreakerOut,
+    BreakerResetIn,
+    DecisionIn,
+    RepairDetailOut,
+    RepairIn,
+    RepairOut,
+    RepairPolicyIn,
+    RepairPolicyOut,
+)
+from medic.control.intake import (
+    Actor,
+    EvidenceRequired,
+    IntakeStore,
+    approve_repair,
+    cancel_repair,
+    change_action,
+    node_pools,
+    put_policy,
+    reject_repair,
+    reset_breaker,
+    submit_repair,
+)
+from medic.control.services import Services
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import RepairRequest, RepairState, RequesterKind
+from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
+
+__all__ = ["ACTOR_HEADER", "router"]
+
+router = APIRouter(prefix="/api/v1", tags=["repairs"])
+
+ACTOR_HEADER = "X-Medic-Actor"
+RepairPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Repair id")]
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _store(services: Services) -> IntakeStore:
+    store = services.store
+    if not callable(getattr(store, "create_repair", None)):
+        raise TransientError("this medic's store does not keep repairs; upgrade the control plane")
+    return cast(IntakeStore, store)
+
+
+def _actor(request: Request, name: str | None, kind: str | None) -> Actor:
+    """The acting identity from the body (``name``, ``kind``) and the ``X-Medic-Actor`` header."""
+    header = request.headers.get(ACTOR_HEADER)
+    from_header = Actor.parse(header) if header else None
+    explicit = RequesterKind(kind) if kind else None
+    if name is None:
+        if from_header is None:
+            raise InputError(
+                "actor",
+                f"say who acts: pass it in the body or an {ACTOR_HEADER} header "
+                "(user:NAME or detector:NAME)",
+            )
+        if explicit is not None and explicit is not from_header.kind:
+            raise PolicyViolation(
+                f"{ACTOR_HEADER} names {from_header}, not a {explicit.value}: one identity per "
+                "request"
+            )
+        return from_header
+    if explicit is None and from_header is not None and ":" not in name:
+        explicit = from_header.kind  # a bare name takes the header's kind
+    actor = Actor.parse(name, explicit)
+    if from_header is not None and from_header != actor:
+        raise PolicyViolation(
+            f"{ACTOR_HEADER} names {from_header} but the body names {actor}: one identity per "
+            "request (a detector never acts as a person)"
+        )
+    return actor
+
+
+def _cluster(services: Services, cluster: str | None) -> ClusterName:
+    return ClusterName(cluster) if cluster else services.cluster
+
+
+def _location(response: Response, repair_id: int) -> None:
+    response.headers["Location"] = f"/api/v1/repairs/{repair_id}"
+
+
+# --- repairs -------------------------------------------------------------------------------------
+@router.post("/repairs", response_model=RepairOut, status_code=201)
+def post_repair(request: Request, response: Response, body: RepairIn) -> RepairOut:
+    """Ask for one repair of one node (see :func:`medic.control.intake.submit_repair`)."""
+    services = _services(request)
+    store = _store(services)
+    actor = _actor(request, body.requested_by, body.requester_kind)
+    cluster = ClusterName(body.cluster)
+    nodes = services.store.list_nodes(cluster)
+    if not nodes:
+        raise InputError("cluster", f"medic knows no node of cluster {cluster!r}")
+    if not any(n.name == body.node for n in nodes):
+        raise InputError("node", f"{body.node!r} is not a node of cluster {cluster}")
+    evidence = dict(body.evidence)
+    if body.check is not None:
+        evidence["check"] = body.check
+    if body.severity is not None:
+        evidence["severity"] = body.severity.value
+    repair_request = RepairRequest(
+        cluster=cluster,
+        node=NodeName(body.node),
+        action=body.action,
+        requested_by=actor.name,
+        requester_kind=actor.kind,
+        reason=body.reason,
+        alert_keys=tuple(dict.fromkeys(body.alert_keys)),
+        request_id=body.request_id,
+        xid=body.xid,
+        evidence=evidence,
+    )
+    try:
+        repair, created, _ = submit_repair(
+            store,
+            repair_request,
+            services.clock.now(),
+            cluster_nodes=len(nodes),
+            node_pools=node_pools(nodes),
+        )
+    except EvidenceRequired as exc:
+        raise InputError("alert_keys", exc.reason) from exc
+    response.status_code = 201 if created else 200
+    _location(response, repair.id)
+    return RepairOut.of(repair)
+
+
+@router.get("/repairs", response_model=list[RepairOut])
+def list_repairs(
+    request: Request,
+    cluster: str | None = None,
+    node: str | None = None,
+    state: Annotated[list[RepairState] | None, Query()] = None,
+) -> list[RepairOut]:
+    """Repairs matching every filter, oldest first."""
+    store = _store(_services(request))
+    repairs = store.list_repairs(
+        cluster=ClusterName(cluster) if cluster else None,
+        node=NodeName(node) if node else None,
+        states=frozenset(state) if state else None,
+    )
+    return [RepairOut.of(r) for r in repairs]
+
+
+@router.get("/repairs/{repair_id}", response_model=RepairDetailOut)
+def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
+    """One repair with its validation results."""
+    store = _store(_services(request))
+    repair = store.get_repair(repair_id)
+    if repair is None:
+        raise NotFoundError(f"repair {repair_id} does not exist; list them at /api/v1/repairs")
+    return RepairDetailOut.with_validations(repair, store.list_validations(repair_id))
+
+
+@router.post("/repairs/{repair_id}/approve", response_model=RepairOut)
+def approve(request: Request, repair_id: RepairPath, body: ApproveIn | None = None) -> RepairOut:
+    """A person approves a pending repair, optionally with another action."""
+    services = _services(request)
+    body = body or ApproveIn()
+    actor = _actor(request, body.actor, body.actor_kind)
+    repair = approve_repair(
+        _store(services), repair_id, actor, services.clock.now(), body.action, reason=body.reason
+    )
+    return RepairOut.of(repair)
+
+
+@router.post("/repairs/{repair_id}/reject", response_model=RepairOut)
+def reject(request: Request, repair_id: RepairPath, body: DecisionIn | None = None) -> RepairOut:
+    """A person rejects a pending repair."""
+    services = _services(request)
+    body = body or DecisionIn()
+    actor = _actor(request, body.actor, body.actor_kind)
+    repair = reject_repair(
+        _store(services), repair_id, actor, services.clock.now(), reason=body.reason
+    )
+    return RepairOut.of(repair)
+
+
+@router.post("/repairs/{repair_id}/cancel", response_model=RepairOut)
+def cancel(request: Request, repair_id: RepairPath, body: DecisionIn | None = None) -> RepairOut:
+    """A person cancels a repair that has not started executing."""
+    services = _services(request)
+    body = body or DecisionIn()
+    actor = _actor(request, body.actor, body.actor_kind)
+    repair = cancel_repair(
+        _store(services), repair_id, actor, services.clock.now(), reason=body.reason
+    )
+    return RepairOut.of(repair)
+
+
+@router.put("/repairs/{repair_id}/action", response_model=RepairOut)
+def put_action(request: Request, repair_id: RepairPath, body: ActionChangeIn) -> RepairOut:
+    """A person changes the action of a pending repair without approving it."""
+    services = _services(request)
+    actor = _actor(request, body.actor, body.actor_kind)
+    repair = change_action(
+        _store(services), repair_id, actor, body.action, services.clock.now(), reason=body.reason
+    )
+    return RepairOut.of(repair)
+
+
+# --- policy and breaker --------------------------------------------------------------------------
+@router.get("/policy/repair", response_model=RepairPolicyOut)
+def get_policy(request: Request, cluster: str | None = None) -> RepairPolicyOut:
+    """The cluster's repair policy (the defaults when none was stored)."""
+    services = _services(request)
+    name = _cluster(services, cluster)
+    return RepairPolicyOut.of(name, _store(services).get_repair_policy(name))
+
+
+@router.put("/policy/repair", response_model=RepairPolicyOut)
+def put_policy_route(
+    request: Request, body: RepairPolicyIn, cluster: str | None = None
+) -> RepairPolicyOut:
+    """Replace the cluster's repair policy (a field left out takes its default)."""
+    services = _services(request)
+    name = _cluster(services, cluster)
+    actor = _actor(request, body.actor, body.actor_kind)
+    stored = put_policy(_store(services), name, body.to_policy(), actor, services.clock.now())
+    return RepairPolicyOut.of(name, stored)
+
+
+@router.get("/breaker", response_model=BreakerOut)
+def get_breaker(request: Request, cluster: str | None = None) -> BreakerOut:
+    """The cluster's circuit breaker."""
+    services = _services(request)
+    return BreakerOut.of(_store(services).get_breaker(_cluster(services, cluster)))
+
+
+@router.post("/breaker/reset", response_model=BreakerOut)
+def post_breaker_reset(request: Request, body: BreakerResetIn | None = None) -> BreakerOut:
+    """A person closes a tripped breaker (a closed one is returned unchanged)."""
+    services = _services(request)
+    body = body or BreakerResetIn()
+    actor = _actor(request, body.actor, body.actor_kind)
+    breaker, _ = reset_breaker(
+        _store(services),
+        _cluster(services, body.cluster),
+        actor,
+        services.clock.now(),
+        reason=body.reason,
+    )
+    return BreakerOut.of(breaker)

@@ -1,0 +1,646 @@
+"""The repair API over real HTTP (uvicorn on 127.0.0.1, FakeClock) on SQLite, and on PostgreSQL
+when ``MEDIC_TEST_POSTGRES_URL`` names a disposable database: idempotent requests (racing twins
+included), detectors skipping the approval queue but not the guardrails, people's decisions, the
+repair policy and the circuit breaker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from medic.api import problems
+from medic.api.app import create_app
+from medic.api.repairs import router as repairs_router
+from medic.config.loading import load_settings
+from medic.control.intake import IntakeStore
+from medic.control.services import Services
+from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.cluster import Node, NodeState
+from medic.domain.diagnosis import Severity
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import (
+    Alert,
+    AlertSource,
+    Breaker,
+    RepairState,
+    ValidationOutcome,
+    ValidationResult,
+)
+from medic.errors import PolicyViolation, SafetyBudgetExceeded
+from medic.testing import FakeClock
+from medic.wiring import build
+
+PROBLEM_JSON = "application/problem+json"
+CLUSTER = ClusterName("c1")
+NODES = 40
+"""Budget: max(1, floor(0.05 x 40)) = 2 repairs at once."""
+S = RepairState
+
+ENGINES = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param(
+        "MEDIC_TEST_POSTGRES_URL",
+        id="postgresql",
+        marks=pytest.mark.skipif(
+            not os.environ.get("MEDIC_TEST_POSTGRES_URL"), reason="MEDIC_TEST_POSTGRES_URL unset"
+        ),
+    ),
+]
+
+
+@dataclass
+class Api:
+    services: Services
+    clock: FakeClock
+    url: str
+    http: httpx.Client
+
+    @property
+    def store(self) -> IntakeStore:
+        return cast(IntakeStore, self.services.store)
+
+    def post(self, body: dict[str, Any], actor: str | None = None) -> httpx.Response:
+        headers = {"X-Medic-Actor": actor} if actor else {}
+        return self.http.post("/api/v1/repairs", json=body, headers=headers)
+
+    def decide(
+        self, repair_id: int, verb: str, header: str | None = "user:alice", **body: Any
+    ) -> httpx.Response:
+        """POST a decision; ``header``: the X-Medic-Actor header (None: none)."""
+        headers = {"X-Medic-Actor": header} if header else {}
+        return self.http.post(f"/api/v1/repairs/{repair_id}/{verb}", json=body, headers=headers)
+
+    def fire(self, node: str, key: str = "xid:79", severity: Severity = Severity.CRITICAL) -> None:
+        alert = Alert(
+            cluster=CLUSTER,
+            node=NodeName(node),
+            key=key,
+            source=AlertSource.SIGNATURE,
+            summary=f"{key} on {node}",
+            description="",
+            severity=severity,
+            xid=79 if key == "xid:79" else None,
+        )
+        self.store.upsert_alert(alert, self.clock.now())
+
+    def audit(self, kind: AuditKind) -> list[AuditEvent]:
+        return self.store.query_audit(cluster=CLUSTER, kind=kind, limit=10_000)
+
+    def walk(self, repair_id: int, *states: RepairState) -> None:
+        """Move a repair through ``states`` as the engine would."""
+        for state in states:
+            current = self.store.get_repair(repair_id)
+            assert current is not None
+            self.store.transition_repair(repair_id, current.state, state, self.clock.now())
+
+
+def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.005)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+def _map_guardrail_errors(app: FastAPI) -> None:
+    """Until ``medic.api.problems`` maps them: SafetyBudgetExceeded 409, PolicyViolation 403."""
+    mapped = {cls for cls, _, _ in problems._STATUS}
+    for cls, status, code in (
+        (SafetyBudgetExceeded, 409, "budget_exceeded"),
+        (PolicyViolation, 403, "policy_violation"),
+    ):
+        if cls in mapped:
+            continue
+
+        def handler(_: Request, exc: Exception, status: int = status, code: str = code) -> Any:
+            return problems.problem(status, code, str(exc))
+
+        async def on_error(request: Request, exc: Exception, h: Any = handler) -> JSONResponse:
+            response: JSONResponse = h(request, exc)
+            return response
+
+        app.add_exception_handler(cls, on_error)
+
+
+def _database(param: str, tmp_path: Path) -> str:
+    if param == "sqlite":
+        return f"sqlite:///{tmp_path / 'medic.db'}"
+    from contract.test_store import _drop_everything
+
+    url = os.environ[param]
+    _drop_everything(url)
+    return url
+
+
+@pytest.fixture(params=ENGINES)
+def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+    clock = FakeClock()
+    settings = load_settings(
+        env={},
+        overrides={"store.url": _database(request.param, tmp_path), "scheduler.cluster": CLUSTER},
+    )
+    services = build(settings, clock=clock)
+    nodes = [Node(NodeName(f"n{i:02d}"), NodeState.IDLE, gpus=8) for i in range(1, NODES + 1)]
+    services.store.sync_nodes(CLUSTER, nodes, clock.now())
+    app = create_app(services)
+    if not any(getattr(r, "path", None) == "/api/v1/repairs" for r in app.routes):
+        app.include_router(repairs_router)  # until create_app includes the repairs router
+    _map_guardrail_errors(app)
+    server, thread, url = _serve(app)
+    http = httpx.Client(base_url=url, timeout=10.0)
+    try:
+        yield Api(services, clock, url, http)
+    finally:
+        http.close()
+        server.should_exit = True
+        thread.join(10)
+        services.close()
+
+
+def _problem(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body = response.json()
+    assert body["code"] == code and body["status"] == status
+    detail: str = body["detail"]
+    return detail
+
+
+def _detector(node: str = "n01", request_id: str = "r-1", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "cluster": CLUSTER,
+        "node": node,
+        "action": "reboot",
+        "request_id": request_id,
+        "requested_by": "nvsentinel",
+        "requester_kind": "detector",
+        "reason": "GPU memory test failed",
+        "check": "gpu_mem",
+        "evidence": {"log": "s3://diag/n01/dcgm-l3.log"},
+    }
+    body.update(overrides)
+    return body
+
+
+def _person(node: str = "n05", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "cluster": CLUSTER,
+        "node": node,
+        "action": "reboot",
+        "reason": "Xid 79 keeps coming back",
+        "alert_keys": ["xid:79"],
+    }
+    body.update(overrides)
+    return body
+
+
+# --- idempotency ---------------------------------------------------------------------------------
+def _twins(url: str, body: dict[str, Any]) -> list[httpx.Response]:
+    """Send ``body`` twice at the same moment from two threads, each with its own connection."""
+    barrier = threading.Barrier(2)
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        with httpx.Client(base_url=url, timeout=10.0) as client:
+            barrier.wait()
+            answers.append(client.post("/api/v1/repairs", json=body))
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    return answers
+
+
+def test_racing_requests_with_the_same_request_id_make_one_repair(api: Api) -> None:
+    for round_ in range(6):
+        node, request_id = f"n{round_ + 10:02d}", f"race-{round_}"
+
+        answers = _twins(api.url, _detector(node, request_id))
+
+        assert sorted(r.status_code for r in answers) == [200, 201], [r.text for r in answers]
+        assert answers[0].json()["id"] == answers[1].json()["id"]
+        assert answers[0].headers["Location"] == answers[1].headers["Location"]
+        same = [r for r in api.store.list_repairs(cluster=CLUSTER) if r.request_id == request_id]
+        assert len(same) == 1, "two racing twins must make exactly one repair"
+        api.walk(same[0].id, S.CANCELLED)  # free the budget for the next round
+
+
+def test_a_repeat_after_the_repair_finished_returns_it(api: Api) -> None:
+    first = api.post(_detector())
+    assert first.status_code == 201, first.text
+    repair_id = first.json()["id"]
+    assert first.headers["Location"] == f"/api/v1/repairs/{repair_id}"
+    api.walk(repair_id, S.CORDONED, S.DRAINING, S.EXECUTING, S.REJOINING, S.DONE)
+    api.clock.advance(7200)  # past the cooldown: only the request id stops a second reboot
+
+    again = api.post(_detector(reason="GPU memory test failed again"))
+
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == repair_id and again.json()["state"] == "done"
+    assert again.headers["Location"] == f"/api/v1/repairs/{repair_id}"
+    assert len(api.store.list_repairs(cluster=CLUSTER, node=NodeName("n01"))) == 1
+    repeated = api.audit(AuditKind.REPAIR_REQUEST_REPEATED)
+    assert [e.payload["repair_id"] for e in repeated] == [repair_id]
+
+
+# --- detectors -----------------------------------------------------------------------------------
+def test_a_detector_request_skips_approval_and_records_its_check(api: Api) -> None:
+    response = api.post(_detector())
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert (body["state"], body["approved_by"], body["rule"]) == (
+        "approved",
+        "auto",
+        "detector-request",
+    )
+    assert (body["requested_by"], body["requester_kind"]) == ("nvsentinel", "detector")
+    assert "detector:nvsentinel:gpu_mem" in body["alert_keys"]
+    [alert] = api.store.list_alerts(cluster=CLUSTER, node=NodeName("n01"))
+    assert (alert.key, alert.source, alert.detector) == (
+        "detector:nvsentinel:gpu_mem",
+        AlertSource.DETECTOR,
+        "nvsentinel",
+    )
+    assert alert.evidence["refs"] == {"log": "s3://diag/n01/dcgm-l3.log"}
+    assert alert.mapped_action is None, "the request is the repair; medic never repeats it"
+    [event] = api.audit(AuditKind.REPAIR_REQUESTED)
+    assert event.payload["repair_id"] == body["id"] and event.payload["rule"] == "detector-request"
+    assert event.payload["requester_kind"] == "detector" and event.action == "reboot"
+
+
+def test_a_detector_request_over_the_budget_is_refused(api: Api) -> None:
+    assert api.post(_detector("n01", "r-1")).status_code == 201
+    assert api.post(_detector("n02", "r-2")).status_code == 201
+
+    refused = api.post(_detector("n03", "r-3"))
+
+    detail = _problem(refused, 409, "budget_exceeded")
+    assert "budget" in detail and "2 repair(s) in progress, budget 2" in detail
+    assert api.store.list_repairs(cluster=CLUSTER, node=NodeName("n03")) == []
+    [event] = api.audit(AuditKind.REPAIR_REQUEST_REFUSED)
+    assert (event.payload["rule"], event.payload["request_id"]) == ("budget", "r-3")
+
+
+def test_a_detector_request_over_the_hourly_cap_is_refused(api: Api) -> None:
+    put = api.http.put(
+        "/api/v1/policy/repair",
+        json={"detector_cap_per_hour": 1, "max_concurrent_fraction": 0.5},
+        headers={"X-Medic-Actor": "user:alice"},
+    )
+    assert put.status_code == 200, put.text
+    assert api.post(_detector("n01", "r-1")).status_code == 201
+
+    detail = _problem(api.post(_detector("n02", "r-2")), 409, "budget_exceeded")
+
+    assert detail.startswith("detector-cap:") and "cap 1 per cluster" in detail
+    api.clock.advance(3601)
+    assert api.post(_detector("n02", "r-2")).status_code == 201, "the cap is per hour"
+
+
+def test_a_detector_request_with_the_breaker_tripped_is_refused(api: Api) -> None:
+    now = api.clock.now()
+    tripped = Breaker(CLUSTER, tripped=True, tripped_at=now, reason="4 nodes rebooted in 10 min")
+    api.store.set_breaker(tripped, expected_tripped=False)
+
+    detail = _problem(api.post(_detector()), 409, "budget_exceeded")
+
+    assert "breaker" in detail and "4 nodes rebooted in 10 min" in detail
+    assert api.store.list_repairs(cluster=CLUSTER) == []
+
+
+def test_a_detector_request_in_cooldown_is_refused(api: Api) -> None:
+    first = api.post(_detector()).json()
+    api.walk(first["id"], S.CORDONED, S.DRAINING, S.EXECUTING, S.REJOINING, S.DONE)
+
+    detail = _problem(api.post(_detector(request_id="r-2")), 409, "budget_exceeded")
+
+    assert detail.startswith("cooldown:") and f"repair {first['id']}" in detail
+
+
+def test_a_detector_must_name_a_request_id_and_never_removes(api: Api) -> None:
+    detail = _problem(api.post(_detector(request_id=None)), 422, "invalid_input")
+    assert "request id" in detail
+    detail = _problem(api.post(_detector(action="remove")), 403, "policy_violation")
+    assert "removal" in detail
+    assert api.store.list_repairs(cluster=CLUSTER) == []
+    rules = [e.payload["rule"] for e in api.audit(AuditKind.REPAIR_REQUEST_REFUSED)]
+    assert rules == ["invalid-request", "remove-human-only"]
+
+
+def test_an_open_repair_on_the_node_is_a_conflict(api: Api) -> None:
+    assert api.post(_detector()).status_code == 201
+
+    detail = _problem(api.post(_detector(request_id="r-2", check="nvlink")), 409, "conflict")
+
+    assert "is open on n01" in detail
+
+
+# --- people --------------------------------------------------------------------------------------
+def test_a_request_without_a_firing_alert_is_refused(api: Api) -> None:
+    detail = _problem(api.post(_person(alert_keys=[]), actor="user:alice"), 422, "invalid_input")
+    assert "no alert named as evidence" in detail
+    detail = _problem(api.post(_person(), actor="user:alice"), 422, "invalid_input")
+    assert "xid:79" in detail and "is firing on n05" in detail
+    [_, event] = api.audit(AuditKind.REPAIR_REQUEST_REFUSED)
+    assert event.payload["rule"] == "evidence" and event.payload["requester_kind"] == "user"
+
+
+def test_a_person_request_waits_for_approval_and_is_approved_with_another_action(
+    api: Api,
+) -> None:
+    api.fire("n05")
+    created = api.post(_person(), actor="user:alice")
+    assert created.status_code == 201, created.text
+    repair = created.json()
+    assert (repair["state"], repair["rule"], repair["approved_by"]) == (
+        "pending_approval",
+        "approval-required",
+        None,
+    )
+    assert repair["request_id"] is None and repair["requested_by"] == "alice"
+    api.clock.advance(60)
+
+    approved = api.decide(repair["id"], "approve", header="user:bob", action="reset_gpu")
+
+    assert approved.status_code == 200, approved.text
+    body = approved.json()
+    assert (body["state"], body["action"], body["approved_by"]) == ("approved", "reset_gpu", "bob")
+    assert body["wait_deadline"] is not None
+    [event] = api.audit(AuditKind.REPAIR_APPROVED)
+    assert event.payload["by"] == "user:bob" and event.payload["previous_action"] == "reboot"
+    assert event.action == "reset_gpu" and event.time == api.clock.now()
+    again = api.decide(repair["id"], "approve", header="user:bob")
+    assert again.status_code == 200 and again.json() == body, "the same approval is a no-op"
+    detail = _problem(api.decide(repair["id"], "approve", header="user:carol"), 409, "conflict")
+    assert "approved by bob" in detail
+
+
+def test_the_policy_approves_a_person_request_but_never_a_removal(api: Api) -> None:
+    api.fire("n05")
+    api.fire("n06")
+    policy = {"auto_actions": ["reboot"], "actor": "alice"}
+    assert api.http.put("/api/v1/policy/repair", json=policy).status_code == 200
+
+    auto = api.post(_person(), actor="alice").json()
+    remove = api.post(_person("n06", action="remove"), actor="alice").json()
+
+    assert (auto["state"], auto["approved_by"], auto["rule"]) == (
+        "approved",
+        "auto",
+        "auto:action:reboot",
+    )
+    assert (remove["state"], remove["rule"]) == ("pending_approval", "remove-human-only")
+    approved = api.decide(remove["id"], "approve", header="user:bob")
+    assert approved.status_code == 200 and approved.json()["action"] == "remove"
+
+
+def test_reject(api: Api) -> None:
+    api.fire("n05")
+    repair = api.post(_person(), actor="user:alice").json()
+
+    rejected = api.decide(repair["id"], "reject", header="user:bob", reason="not now")
+
+    assert rejected.status_code == 200, rejected.text
+    assert rejected.json()["state"] == "rejected"
+    assert rejected.json()["error"] == "rejected by user:bob: not now"
+    [event] = api.audit(AuditKind.REPAIR_REJECTED)
+    assert (event.payload["by"], event.payload["reason"]) == ("user:bob", "not now")
+    _problem(api.decide(repair["id"], "approve", header="user:bob"), 409, "conflict")
+
+
+def test_cancel_until_the_repair_executes(api: Api) -> None:
+    early = api.post(_detector("n01", "r-1")).json()
+    late = api.post(_detector("n02", "r-2")).json()
+    api.walk(early["id"], S.CORDONED)
+    api.walk(late["id"], S.CORDONED, S.DRAINING, S.EXECUTING)
+
+    cancelled = api.decide(early["id"], "cancel", reason="wrong node")
+    refused = api.decide(late["id"], "cancel")
+
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert "can no longer be cancelled" in _problem(refused, 409, "conflict")
+    late_now = api.store.get_repair(late["id"])
+    assert late_now is not None and late_now.state is S.EXECUTING
+    [event] = api.audit(AuditKind.REPAIR_CANCELLED)
+    assert (event.payload["previous_state"], event.payload["by"]) == ("cordoned", "user:alice")
+
+
+def test_a_detector_never_acts_as_a_person(api: Api) -> None:
+    api.fire("n05")
+    repair = api.post(_person(), actor="user:alice").json()
+
+    as_header = api.decide(repair["id"], "approve", header="detector:nvsentinel")
+    as_body = api.decide(
+        repair["id"], "approve", header=None, actor="nvsentinel", actor_kind="detector"
+    )
+    as_agent = api.decide(repair["id"], "cancel", header="agent:n05")
+    mixed = api.decide(repair["id"], "reject", header="detector:nvsentinel", actor="user:alice")
+
+    for response in (as_header, as_body, as_agent, mixed):
+        assert "detector" in _problem(response, 403, "policy_violation")
+    impersonation = api.post(
+        _person("n05", requested_by="alice", requester_kind="user"), actor="detector:nvsentinel"
+    )
+    _problem(impersonation, 403, "policy_violation")
+    _problem(api.decide(repair["id"], "approve", header="user:auto"), 403, "policy_violation")
+    _problem(api.decide(repair["id"], "approve", header=None), 422, "invalid_input")
+    still = api.store.get_repair(repair["id"])
+    assert still is not None and still.state is S.PENDING_APPROVAL
+
+
+def test_change_the_action_of_a_pending_repair(api: Api) -> None:
+    api.fire("n05")
+    repair = api.post(_person(), actor="user:alice").json()
+
+    changed = api.http.put(
+        f"/api/v1/repairs/{repair['id']}/action",
+        json={"action": "reset_gpu", "actor": "bob"},
+    )
+
+    assert changed.status_code == 200, changed.text
+    assert (changed.json()["action"], changed.json()["state"]) == ("reset_gpu", "pending_approval")
+    [event] = api.audit(AuditKind.REPAIR_ACTION_CHANGED)
+    assert (event.payload["by"], event.payload["previous_action"]) == ("user:bob", "reboot")
+
+
+# --- reading -------------------------------------------------------------------------------------
+def test_list_and_get_with_validations(api: Api) -> None:
+    api.fire("n05")
+    detector = api.post(_detector()).json()
+    person = api.post(_person(), actor="alice").json()
+    api.store.add_validation(
+        ValidationResult(
+            repair_id=detector["id"],
+            node=NodeName("n01"),
+            outcome=ValidationOutcome.PASS,
+            tests=(("dcgmi diag -r 3", True, "all passed"),),
+            time=api.clock.now(),
+        )
+    )
+
+    every = api.http.get("/api/v1/repairs", params={"cluster": CLUSTER}).json()
+    pending = api.http.get("/api/v1/repairs", params={"state": "pending_approval"}).json()
+    both = api.http.get(
+        "/api/v1/repairs", params=[("state", "approved"), ("state", "pending_approval")]
+    )
+    on_n01 = api.http.get("/api/v1/repairs", params={"node": "n01"}).json()
+    one = api.http.get(f"/api/v1/repairs/{detector['id']}").json()
+
+    assert [r["id"] for r in every] == [detector["id"], person["id"]]
+    assert [r["id"] for r in pending] == [person["id"]]
+    assert len(both.json()) == 2
+    assert [r["id"] for r in on_n01] == [detector["id"]]
+    assert one["validations"] == [
+        {
+            "outcome": "pass",
+            "time": one["validations"][0]["time"],
+            "ticket": None,
+            "tests": [{"name": "dcgmi diag -r 3", "passed": True, "log": "all passed"}],
+        }
+    ]
+    _problem(api.http.get("/api/v1/repairs/99999"), 404, "not_found")
+    _problem(api.http.get("/api/v1/repairs", params={"state": "burning"}), 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"node": "n99"}, "node"),
+        ({"cluster": "elsewhere"}, "cluster"),
+        ({"action": "explode"}, "body.action"),
+        ({"node": "bad node"}, "body.node"),
+        ({"reason": ""}, "body.reason"),
+        ({"alert_keys": ["Bad Key"]}, "body.alert_keys"),
+        ({"extra": 1}, "body.extra"),
+        ({"requester_kind": "medic"}, "body.requester_kind"),
+    ],
+)
+def test_malformed_requests_are_422(api: Api, overrides: dict[str, Any], field: str) -> None:
+    response = api.post(_detector(**overrides))
+    assert response.status_code == 422, response.text
+    assert field in response.json()["detail"]
+
+
+# --- policy and breaker --------------------------------------------------------------------------
+def test_policy_round_trip(api: Api) -> None:
+    defaults = api.http.get("/api/v1/policy/repair").json()
+    assert defaults["cluster"] == CLUSTER and defaults["max_wait_seconds"] == 7200.0
+    document = {
+        **{k: v for k, v in defaults.items() if k != "cluster"},
+        "auto_actions": ["reset_gpu", "reboot"],
+        "auto_xids": [79, 48],
+        "wait_mode": "never_interrupt",
+        "max_wait_seconds": 86_400.0,
+        "persistence_overrides": {"xid:*": 30.0},
+        "detector_cap_per_hour": 5,
+    }
+
+    put = api.http.put(
+        "/api/v1/policy/repair",
+        params={"cluster": CLUSTER},
+        json=document,
+        headers={"X-Medic-Actor": "user:alice"},
+    )
+    got = api.http.get("/api/v1/policy/repair", params={"cluster": CLUSTER}).json()
+
+    assert put.status_code == 200, put.text
+    assert got == put.json()
+    assert got["auto_actions"] == ["reboot", "reset_gpu"] and got["auto_xids"] == [48, 79]
+    assert {k: v for k, v in got.items() if k != "cluster"} == {
+        **document,
+        "auto_actions": ["reboot", "reset_gpu"],
+        "auto_xids": [48, 79],
+    }
+    [event] = api.audit(AuditKind.REPAIR_POLICY_CHANGED)
+    assert event.payload["by"] == "user:alice"
+    assert event.payload["changed"]["detector_cap_per_hour"] == [50, 5]
+    other = api.http.get("/api/v1/policy/repair", params={"cluster": "c2"}).json()
+    assert other["auto_actions"] == [], "policies are per cluster"
+
+
+@pytest.mark.parametrize(
+    ("document", "code", "field"),
+    [
+        ({"max_wait_seconds": 86_401}, "invalid_input", "max_wait_seconds"),
+        ({"max_wait_seconds": -1}, "invalid_input", "max_wait_seconds"),
+        ({"breaker_fraction": 1.5}, "invalid_input", "breaker_fraction"),
+        ({"max_concurrent_fraction": 0}, "invalid_input", "max_concurrent_fraction"),
+        ({"breaker_window_seconds": 0}, "invalid_input", "breaker_window_seconds"),
+        ({"detector_cap_per_hour": -1}, "invalid_input", "detector_cap_per_hour"),
+        ({"auto_actions": ["remove"]}, "invalid_input", "auto_actions"),
+        ({"auto_xids": [99999]}, "invalid_input", "auto_xids"),
+        ({"persistence_overrides": {"Bad Key": 1}}, "invalid_input", "persistence_overrides"),
+        ({"auto_actions": ["explode"]}, "invalid_request", "auto_actions"),
+        ({"wait_mode": "forever"}, "invalid_request", "wait_mode"),
+        ({"surprise": True}, "invalid_request", "surprise"),
+    ],
+)
+def test_policy_validation(api: Api, document: dict[str, Any], code: str, field: str) -> None:
+    response = api.http.put(
+        "/api/v1/policy/repair", json=document, headers={"X-Medic-Actor": "alice"}
+    )
+
+    assert field in _problem(response, 422, code)
+    assert api.audit(AuditKind.REPAIR_POLICY_CHANGED) == []
+
+
+def test_a_detector_cannot_change_the_policy(api: Api) -> None:
+    response = api.http.put(
+        "/api/v1/policy/repair", json={}, headers={"X-Medic-Actor": "detector:nvsentinel"}
+    )
+    _problem(response, 403, "policy_violation")
+
+
+def test_breaker_reset_is_audited(api: Api) -> None:
+    closed = api.http.get("/api/v1/breaker").json()
+    assert closed["tripped"] is False and closed["cluster"] == CLUSTER
+    tripped_at = api.clock.now()
+    api.store.set_breaker(
+        Breaker(CLUSTER, tripped=True, tripped_at=tripped_at, reason="5 of 40 nodes rebooted"),
+        expected_tripped=False,
+    )
+    api.clock.advance(120)
+
+    by_detector = api.http.post(
+        "/api/v1/breaker/reset", json={}, headers={"X-Medic-Actor": "detector:nvsentinel"}
+    )
+    reset = api.http.post(
+        "/api/v1/breaker/reset",
+        json={"cluster": CLUSTER, "actor": "alice", "reason": "cooling fixed"},
+    )
+    twice = api.http.post("/api/v1/breaker/reset", json={"actor": "alice"})
+
+    _problem(by_detector, 403, "policy_violation")
+    assert reset.status_code == 200, reset.text
+    body = reset.json()
+    assert (body["tripped"], body["reset_by"]) == (False, "alice")
+    assert body["reason"] == "5 of 40 nodes rebooted", "the last trip's reason stays readable"
+    assert twice.status_code == 200 and twice.json() == body
+    [event] = api.audit(AuditKind.BREAKER_RESET)
+    assert event.payload["by"] == "user:alice" and event.payload["reason"] == "cooling fixed"
+    assert event.subject_id == CLUSTER and event.time == tripped_at + timedelta(seconds=120)
+    assert api.http.get("/api/v1/breaker").json() == body
+    assert api.post(_detector()).status_code == 201, "detector requests flow again"

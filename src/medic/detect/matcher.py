@@ -1,66 +1,84 @@
 """Signature matching: log lines in, detections out (the first ``Diagnoser``).
 
-:class:`SignatureDiagnoser` compiles the catalogue once and tests every physical line against it
-with stdlib ``re``: a combined keyword pre-filter first (most lines are progress or chatter), then
-the signatures whose keywords occur, in catalogue order; the first match wins. A line carrying
-embedded newlines is split, so no pattern can match across them.
+:class:`SignatureDiagnoser` compiles the catalogue once into an engine (:mod:`medic.detect.engines`:
+Hyperscan when installed, else RE2, else stdlib ``re``) and scans a whole batch at a time: the
+lines go into one newline-separated buffer, the engine reports which signatures may match which
+buffer lines, and Python ``re`` confirms those on the hit lines only and extracts the fields. When
+several signatures match one line, the highest ``priority`` wins, then catalogue order (a CUDA ECC
+error before the NCCL watchdog line that wraps it, everything before the generic Python
+exception); a signature's ``keywords``, if any, must also occur in the lowercased line.
 
-Pure and total: no I/O, no clock reads, no logging, and it never raises on any text. Lines longer
-than :data:`MAX_MATCH_CHARS` are matched on their head only (every known signature sits at the
-start of its line), which also bounds the work per line.
+A line carrying embedded line breaks (``str.splitlines``) is matched one physical line at a time,
+so no pattern can match across them. Patterns see the line after its ``[rankN]:`` prefix. A lone
+surrogate (text decoded with ``surrogateescape``) reads as U+FFFD, as in :meth:`scan_bytes`.
+
+Pure and total: no I/O, no clock reads, no logging, and it never raises on any text or bytes.
+Lines longer than :data:`MAX_MATCH_CHARS` are matched on their head only (every known signature
+sits at the start of its line), which also bounds the work per line.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
+from medic.detect.engines import (
+    HEAD_BYTES,
+    MAX_MATCH_CHARS,
+    Engine,
+    compile_pattern,
+    make_engine,
+    strip_rank_prefix,
+)
 from medic.detect.signatures import CATALOGUE, Signature
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import SignatureId
 from medic.domain.logs import LogLine
 
-__all__ = ["MAX_MATCH_CHARS", "MAX_TEXT_CHARS", "SignatureDiagnoser", "strip_rank_prefix"]
+__all__ = [
+    "MAX_MATCH_CHARS",
+    "MAX_TEXT_CHARS",
+    "FileHit",
+    "SignatureDiagnoser",
+    "strip_rank_prefix",
+]
 
-MAX_MATCH_CHARS = 16_384
-"""Characters of a line that are matched; the rest is ignored."""
 MAX_TEXT_CHARS = 2_000
 """Characters of the matched line kept in ``Detection.text`` (evidence, audit, API)."""
 
-# torchrun/srun prefixes: ``[rank3]:`` (global rank, kept) and ``[default3]:`` (torchrun --tee,
-# a local rank, dropped).
-_RANK_PREFIX = re.compile(r"\[(?:rank(?P<rank>\d{1,7})|default\d{1,7})\]:[ \t]*")
-# str.splitlines() also splits on \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029: all of them end a
-# line as far as a pattern is concerned.
+FileHit = tuple[int, Signature, dict[str, str], str]
+"""A :meth:`SignatureDiagnoser.scan_bytes` result: 1-based line number, signature, fields, text."""
+
+_Found = tuple[Signature, dict[str, str]]
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     signature: Signature
-    regex: re.Pattern[str]
-
-
-def strip_rank_prefix(text: str) -> tuple[str, int | None]:
-    """The line without its leading ``[rankN]:`` / ``[defaultN]:`` prefix, and the global rank."""
-    match = _RANK_PREFIX.match(text)
-    if match is None:
-        return text.lstrip(" \t"), None
-    rank = match.group("rank")
-    return text[match.end() :], int(rank) if rank is not None else None
+    search: Callable[[str], re.Match[str] | None]
+    keywords: tuple[str, ...]
+    constants: dict[str, str]
+    grouped: bool
 
 
 class SignatureDiagnoser:
     """Matches lines against a signature catalogue (the built-in one by default).
 
+    ``engine`` is an engine name (``"hyperscan"``, ``"re2"``, ``"re"``), an :class:`Engine` built
+    from these signatures' patterns in this order, or None for the best one available.
+
     Raises ``ValueError`` at construction for a broken catalogue (duplicate id, uppercase keyword,
-    invalid regex): that is a programming error, not input.
+    invalid regex) or an unavailable engine: that is a programming error, not input.
     """
 
-    def __init__(self, signatures: Iterable[Signature] = CATALOGUE) -> None:
+    def __init__(
+        self, signatures: Iterable[Signature] = CATALOGUE, engine: Engine | str | None = None
+    ) -> None:
         compiled: list[_Compiled] = []
         seen: set[SignatureId] = set()
-        keywords: set[str] = set()
         for signature in signatures:
             if signature.id in seen:
                 raise ValueError(f"duplicate signature id {signature.id!r}")
@@ -68,70 +86,141 @@ class SignatureDiagnoser:
             if any(k != k.lower() or not k for k in signature.keywords):
                 raise ValueError(f"{signature.id}: keywords must be non-empty and lowercase")
             try:
-                regex = re.compile(signature.pattern)
-            except re.error as exc:
+                regex = compile_pattern(signature.pattern)
+            except (re.error, ValueError) as exc:  # ValueError: (?u) against re.ASCII
                 raise ValueError(f"{signature.id}: invalid pattern: {exc}") from exc
-            compiled.append(_Compiled(signature, regex))
-            keywords.update(signature.keywords)
+            constants = dict(signature.constants)
+            entry = _Compiled(
+                signature, regex.search, signature.keywords, constants, regex.groups > 0
+            )
+            compiled.append(entry)
         self._compiled = tuple(compiled)
-        self._always = any(not c.signature.keywords for c in compiled)
-        # One alternation of every keyword: a line that contains none of them skips the loop.
-        alternation = "|".join(re.escape(k) for k in sorted(keywords, key=len, reverse=True))
-        self._prefilter = re.compile(alternation or r"(?!)", re.IGNORECASE)
+        # Confirmation order: priority first (highest wins), then catalogue order.
+        self._by_rank = tuple(
+            sorted(range(len(compiled)), key=lambda i: -compiled[i].signature.priority)
+        )
+        self._rank = [0] * len(compiled)
+        for position, index in enumerate(self._by_rank):
+            self._rank[index] = position
+        patterns = [c.signature.pattern for c in compiled]
+        self._engine = make_engine(patterns, engine) if isinstance(engine, str | None) else engine
 
     @property
     def signatures(self) -> tuple[Signature, ...]:
         return tuple(c.signature for c in self._compiled)
 
+    @property
+    def engine(self) -> str:
+        """The name of the engine in use."""
+        return self._engine.name
+
     def scan(self, lines: Sequence[LogLine]) -> list[Detection]:
         """Detections for the lines that match a signature, in input order (``attempt`` = -1)."""
+        segments = [
+            (line, segment)
+            for line in lines
+            for segment in line.text[:MAX_MATCH_CHARS].splitlines()
+        ]
+        if not segments:
+            return []
+        try:
+            buffer = "\n".join(s for _, s in segments).encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (surrogateescape input): U+FFFD, as in a file
+            segments = [(line, _SURROGATE.sub("\ufffd", s)) for line, s in segments]
+            buffer = "\n".join(s for _, s in segments).encode("utf-8")
         detections: list[Detection] = []
-        for line in lines:
-            for segment in line.text[:MAX_MATCH_CHARS].splitlines():
-                detection = self._match(line, segment)
-                if detection is not None:
-                    detections.append(detection)
+        for index, _start, _stop, candidates in self._hit_lines(buffer):
+            line, segment = segments[index]
+            body, prefix_rank = strip_rank_prefix(segment)
+            found = self._confirm(body, candidates)
+            if found is not None:
+                detections.append(_detection(line, segment, prefix_rank, *found))
         return detections
 
-    def match_text(self, text: str) -> tuple[Signature, dict[str, str]] | None:
+    def scan_bytes(self, data: bytes) -> list[FileHit]:
+        """Every matching line of a whole file's bytes: (1-based line number, signature, fields,
+        text). Lines end at ``\\n``; invalid UTF-8 reads as U+FFFD; a line that holds other line
+        breaks (``\\r``, ...) gives one result per physical line that matches."""
+        hits: list[FileHit] = []
+        confirm = self._confirm
+        for index, start, stop, candidates in self._hit_lines(data):
+            text = data[start : min(stop, start + HEAD_BYTES)].decode("utf-8", "replace")
+            for segment in text[:MAX_MATCH_CHARS].splitlines():
+                found = confirm(strip_rank_prefix(segment)[0], candidates)
+                if found is not None:
+                    hits.append((index + 1, found[0], found[1], segment[:MAX_TEXT_CHARS]))
+        return hits
+
+    def match_text(self, text: str) -> _Found | None:
         """The first signature matching one physical line (rank prefix allowed), with its fields."""
         segments = text[:MAX_MATCH_CHARS].splitlines()
         body, _ = strip_rank_prefix(segments[0] if segments else "")
-        return self._first(body)
+        return self._confirm(body, self._by_rank)
 
-    def _first(self, body: str) -> tuple[Signature, dict[str, str]] | None:
-        if not body or (not self._always and self._prefilter.search(body) is None):
+    def _hit_lines(self, buffer: bytes) -> list[tuple[int, int, int, list[int]]]:
+        """(0-based line index, start, stop, candidate signatures in rank order) of each line the
+        engine hit, in buffer order; ``stop`` is past the line's newline."""
+        hits = self._engine.scan(buffer)
+        hits.sort(key=itemgetter(1))
+        lines: list[tuple[int, int, int, list[int]]] = []
+        find, rfind, count, size = buffer.find, buffer.rfind, buffer.count, len(buffer)
+        line = start = stop = 0
+        candidates: list[int] = []
+        for index, end in hits:
+            if end > stop:  # byte end - 1 is past the current line
+                new_start = rfind(b"\n", 0, end - 1) + 1
+                line += count(b"\n", start, new_start)
+                start, stop = new_start, (find(b"\n", end - 1) + 1 or size)
+                candidates = [index]
+                lines.append((line, start, stop, candidates))
+            elif index not in candidates:
+                candidates.append(index)
+        for entry in lines:
+            if len(entry[3]) > 1:
+                entry[3].sort(key=self._rank.__getitem__)
+        return lines
+
+    def _confirm(self, body: str, candidates: Iterable[int]) -> _Found | None:
+        """The first candidate (in rank order) whose keywords and pattern match ``body``."""
+        if not body:
             return None
-        lowered = body.lower()
-        for entry in self._compiled:
-            keywords = entry.signature.keywords
-            if keywords and not any(k in lowered for k in keywords):
-                continue
-            match = entry.regex.search(body)
+        lowered: str | None = None
+        for index in candidates:
+            entry = self._compiled[index]
+            if entry.keywords:
+                lowered = body.lower() if lowered is None else lowered
+                if not any(k in lowered for k in entry.keywords):
+                    continue
+            match = entry.search(body)
             if match is not None:
+                if not entry.grouped:
+                    return entry.signature, dict(entry.constants)
                 fields = {k: v.strip() for k, v in match.groupdict().items() if v is not None}
+                fields.update(entry.constants)
                 return entry.signature, fields
         return None
 
-    def _match(self, line: LogLine, segment: str) -> Detection | None:
-        body, prefix_rank = strip_rank_prefix(segment)
-        found = self._first(body)
-        if found is None:
-            return None
-        signature, fields = found
-        return Detection(
-            job_id=line.job_id,
-            attempt=-1,
-            signature_id=signature.id,
-            domain=signature.domain,
-            role=signature.role,
-            severity=signature.severity,
-            action=signature.action,
-            time=line.time,
-            node=line.node,
-            rank=line.rank if line.rank is not None else prefix_rank,
-            implicates_node=signature.implicates_node,
-            text=segment[:MAX_TEXT_CHARS],
-            fields=fields,
-            seq=line.seq,
-        )
+
+def _detection(
+    line: LogLine,
+    segment: str,
+    prefix_rank: int | None,
+    signature: Signature,
+    fields: dict[str, str],
+) -> Detection:
+    return Detection(
+        job_id=line.job_id,
+        attempt=-1,
+        signature_id=signature.id,
+        domain=signature.domain,
+        role=signature.role,
+        severity=signature.severity,
+        action=signature.action,
+        time=line.time,
+        node=line.node,
+        rank=line.rank if line.rank is not None else prefix_rank,
+        implicates_node=signature.implicates_node,
+        text=segment[:MAX_TEXT_CHARS],
+        fields=fields,
+        seq=line.seq,
+    )

@@ -3,22 +3,29 @@
 Each :class:`Signature` says which layer a line implicates (``domain``), how it relates to a failure
 (``role``: root cause, cascade symptom, confirmation, progress marker or noise), whether it is
 direct evidence against the node that printed it (``implicates_node``) and what it calls for
-(``action``). The matcher (:mod:`medic.detect.matcher`) tries them in catalogue order and the first
-match wins, so specific signatures come before generic ones (a CUDA ECC error before the NCCL
-watchdog line that wraps it, everything before the generic Python exception).
+(``action``). The matcher (:mod:`medic.detect.matcher`) tries them by ``priority`` (highest first,
+all 0 here), then in catalogue order, and the first match wins, so specific signatures come before
+generic ones (a CUDA ECC error before the NCCL watchdog line that wraps it, everything before the
+generic Python exception).
 
 Patterns are stdlib ``re`` regexes with named groups for the fields they extract. They are applied
 to one physical line at a time, after the ``[rankN]:`` prefix is stripped, and must stay linear:
 bounded gaps (``.{0,300}?``) instead of nested or unbounded wildcards. ``keywords`` are lowercase
-literals of which at least one must occur in the lowercased line before the regex is tried: the
-pre-filter. A later issue moves the catalogue to YAML and Hyperscan behind the same ``Diagnoser``
-port, keeping these fields. Example lines for every signature live in the tests.
+literals of which at least one must occur in the lowercased line before the regex is tried (the
+YAML catalogue has none: its engine pre-filters by itself). Example lines for every signature of
+this module live in the tests.
+
+The YAML catalogue (``catalogue/*.yaml``, loaded by :func:`medic.detect.catalogue.load_catalogue`,
+schema in docs/signatures.md) fills the same dataclass, plus ``node_action``, ``xid``,
+``priority``, ``constants``, ``fields`` and its ``examples`` / ``counter_examples``; their defaults
+keep this module's catalogue valid as it is.
 
 This module is data only: no I/O, no compilation, no imports beyond the domain.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
@@ -29,6 +36,8 @@ __all__ = [
     "HANG_SIGNATURE_ID",
     "SLOW_JOB_SIGNATURE_ID",
     "SLOW_NODE_SIGNATURE_ID",
+    "Example",
+    "NodeAction",
     "Signature",
 ]
 
@@ -38,6 +47,28 @@ __all__ = [
 HANG_SIGNATURE_ID = SignatureId("medic.hang.no_progress")
 SLOW_JOB_SIGNATURE_ID = SignatureId("medic.straggler.slow_job")
 SLOW_NODE_SIGNATURE_ID = SignatureId("medic.straggler.slow_node")
+
+
+class NodeAction(enum.StrEnum):
+    """What a signature suggests for the node that printed it, for node repair."""
+
+    NONE = "none"
+    RESTART_APP = "restart_app"
+    RESET_GPU = "reset_gpu"
+    DRAIN_RESET = "drain_reset"
+    REBOOT = "reboot"
+    REPROVISION = "reprovision"
+    POWER_CYCLE = "power_cycle"
+    UPDATE_FIRMWARE = "update_firmware"
+    ESCALATE = "escalate"
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A real-format line a signature must match, with exactly the fields it must extract."""
+
+    line: str
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +88,19 @@ class Signature:
     reference: str
     keywords: tuple[str, ...] = ()
     """Lowercase literals; the pattern is tried only when one occurs in the line. Empty: always."""
+    node_action: NodeAction | None = None
+    """What node repair should do about the emitting node; None: not said."""
+    xid: int | None = None
+    """The NVIDIA Xid code the signature is about, if any."""
+    priority: int = 0
+    """When several signatures match one line the highest priority wins, then catalogue order."""
+    constants: tuple[tuple[str, str], ...] = ()
+    """Fields with fixed values, added to every detection's ``fields``."""
+    fields: tuple[str, ...] = ()
+    """The fields the pattern extracts (its named groups), in pattern order."""
+    examples: tuple[Example, ...] = ()
+    counter_examples: tuple[str, ...] = ()
+    """Near-miss lines the pattern must not match."""
 
 
 _H, _N, _S, _A, _NO = (

@@ -22,10 +22,12 @@ from medic.agent.kernel import (
     make_follower,
     parse_kmsg_record,
 )
-from medic.detect import CATALOGUE
+from medic.detect import default_catalogue
 from medic.detect.signatures import Signature
 from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
 from medic.domain.ids import SignatureId
+
+CATALOGUE = default_catalogue()
 
 XID_79 = (
     "[ 8021.441201] NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, "
@@ -171,9 +173,17 @@ def test_xid_lines_become_xid_findings_with_code_and_pci() -> None:
     assert bus.severity is Severity.CRITICAL
     assert bus.evidence["xid"] == 79 and bus.evidence["pci"] == "0000:18:00"
     assert bus.evidence["occurrences"] == 2 and bus.evidence["line"] == XID_79
-    assert bus.summary == "GPU has fallen off the bus (Xid 79)"
+    assert (
+        bus.summary
+        == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus (Xid 79)"
+    )
+    assert bus.evidence["mnemonic"] == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
     assert "gpu-node-017" in bus.description
-    assert findings["xid:48"].evidence["fields"]["process"] == "<unknown>"
+    assert findings["xid:48"].evidence["fields"] == {
+        "pci": "0000:3b:00",
+        "xid": "48",
+        "pid": "'<unknown>'",
+    }
 
 
 def test_application_and_noise_lines_are_not_node_findings() -> None:

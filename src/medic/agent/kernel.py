@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import IO, Any, Protocol
 
 from medic.agent.checks import CheckResult, CheckStatus
-from medic.detect import CATALOGUE, Signature, SignatureDiagnoser
+from medic.detect import Signature, SignatureDiagnoser, default_catalogue
 from medic.domain.diagnosis import FaultDomain, Role
 from medic.domain.ids import NodeName
 from medic.domain.logs import LogLine, LogStream
@@ -261,17 +261,8 @@ _MAX_LINES = 5
 
 
 def kernel_signatures() -> tuple[Signature, ...]:
-    """The YAML catalogue (its Xid titles carry NVIDIA's mnemonics) plus the built-in signatures
-    it does not have; the built-in catalogue alone when the YAML one cannot be loaded."""
-    try:
-        from medic.detect.catalogue import load_catalogue
-
-        loaded = load_catalogue()
-    except Exception as exc:
-        logger.info("YAML signature catalogue not loaded (%s); using the built-in one", exc)
-        return CATALOGUE
-    ids = {s.id for s in loaded}
-    return (*loaded, *(s for s in CATALOGUE if s.id not in ids))
+    """The signature catalogue (its Xid titles carry NVIDIA's mnemonics)."""
+    return default_catalogue()
 
 
 class KernelClassifier:

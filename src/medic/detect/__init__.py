@@ -4,10 +4,10 @@ Pure: no I/O, no clock reads, no logging. ``SignatureDiagnoser`` implements the 
 port; ``ProgressTracker`` follows one attempt's progress and reports hangs and stragglers.
 """
 
+from medic.detect.catalogue import default_catalogue, load_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.detect.progress import ProgressTracker
 from medic.detect.signatures import (
-    CATALOGUE,
     HANG_SIGNATURE_ID,
     SLOW_JOB_SIGNATURE_ID,
     SLOW_NODE_SIGNATURE_ID,
@@ -15,11 +15,12 @@ from medic.detect.signatures import (
 )
 
 __all__ = [
-    "CATALOGUE",
     "HANG_SIGNATURE_ID",
     "SLOW_JOB_SIGNATURE_ID",
     "SLOW_NODE_SIGNATURE_ID",
     "ProgressTracker",
     "Signature",
     "SignatureDiagnoser",
+    "default_catalogue",
+    "load_catalogue",
 ]

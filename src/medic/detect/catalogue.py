@@ -16,6 +16,7 @@ signature over the whole catalogue, no counter-example matches.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 import sys
@@ -38,7 +39,13 @@ from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
 from medic.domain.ids import SignatureId
 from medic.errors import ConfigError
 
-__all__ = ["CANONICAL_FIELDS", "load_catalogue", "main", "pattern_problem"]
+__all__ = [
+    "CANONICAL_FIELDS",
+    "default_catalogue",
+    "load_catalogue",
+    "main",
+    "pattern_problem",
+]
 
 _FIELD_NAMES = """xid pci rank peer step exit_code signal gpu status vendor_err pid recovery_action
 device port errno iter_ms tokens_per_s compute_ms exception message code path opcode seconds loss
@@ -379,6 +386,12 @@ def _check_winners(signatures: list[Signature], origin: dict[str, str]) -> None:
                     f"example {number} is won by {winner.id} (priority {winner.priority}, in"
                     f" {origin[winner.id]}): raise this priority or narrow {winner.id}",
                 )
+
+
+@functools.cache
+def default_catalogue() -> tuple[Signature, ...]:
+    """The packaged catalogue, loaded and validated once per process (about a second)."""
+    return load_catalogue()
 
 
 def load_catalogue(directory: Path | None = None) -> tuple[Signature, ...]:

@@ -6,7 +6,7 @@ lines go into one newline-separated buffer, the engine reports which signatures 
 buffer lines, and Python ``re`` confirms those on the hit lines only and extracts the fields. When
 several signatures match one line, the highest ``priority`` wins, then catalogue order (a CUDA ECC
 error before the NCCL watchdog line that wraps it, everything before the generic Python
-exception); a signature's ``keywords``, if any, must also occur in the lowercased line.
+exception).
 
 A line carrying embedded line breaks (``str.splitlines``) is matched one physical line at a time,
 so no pattern can match across them. Patterns see the line after its ``[rankN]:`` prefix. A lone
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
+from medic.detect.catalogue import default_catalogue
 from medic.detect.engines import (
     HEAD_BYTES,
     MAX_MATCH_CHARS,
@@ -32,7 +33,7 @@ from medic.detect.engines import (
     make_engine,
     strip_rank_prefix,
 )
-from medic.detect.signatures import CATALOGUE, Signature
+from medic.detect.signatures import Signature
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import SignatureId
 from medic.domain.logs import LogLine
@@ -59,40 +60,37 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 class _Compiled:
     signature: Signature
     search: Callable[[str], re.Match[str] | None]
-    keywords: tuple[str, ...]
     constants: dict[str, str]
     grouped: bool
 
 
 class SignatureDiagnoser:
-    """Matches lines against a signature catalogue (the built-in one by default).
+    """Matches lines against a signature catalogue (the packaged YAML one by default).
 
     ``engine`` is an engine name (``"hyperscan"``, ``"re2"``, ``"re"``), an :class:`Engine` built
     from these signatures' patterns in this order, or None for the best one available.
 
-    Raises ``ValueError`` at construction for a broken catalogue (duplicate id, uppercase keyword,
-    invalid regex) or an unavailable engine: that is a programming error, not input.
+    Raises ``ValueError`` at construction for a broken catalogue (duplicate id, invalid regex) or
+    an unavailable engine: that is a programming error, not input.
     """
 
     def __init__(
-        self, signatures: Iterable[Signature] = CATALOGUE, engine: Engine | str | None = None
+        self, signatures: Iterable[Signature] | None = None, engine: Engine | str | None = None
     ) -> None:
+        if signatures is None:
+            signatures = default_catalogue()
         compiled: list[_Compiled] = []
         seen: set[SignatureId] = set()
         for signature in signatures:
             if signature.id in seen:
                 raise ValueError(f"duplicate signature id {signature.id!r}")
             seen.add(signature.id)
-            if any(k != k.lower() or not k for k in signature.keywords):
-                raise ValueError(f"{signature.id}: keywords must be non-empty and lowercase")
             try:
                 regex = compile_pattern(signature.pattern)
             except (re.error, ValueError) as exc:  # ValueError: (?u) against re.ASCII
                 raise ValueError(f"{signature.id}: invalid pattern: {exc}") from exc
             constants = dict(signature.constants)
-            entry = _Compiled(
-                signature, regex.search, signature.keywords, constants, regex.groups > 0
-            )
+            entry = _Compiled(signature, regex.search, constants, regex.groups > 0)
             compiled.append(entry)
         self._compiled = tuple(compiled)
         # Confirmation order: priority first (highest wins), then catalogue order.
@@ -181,16 +179,11 @@ class SignatureDiagnoser:
         return lines
 
     def _confirm(self, body: str, candidates: Iterable[int]) -> _Found | None:
-        """The first candidate (in rank order) whose keywords and pattern match ``body``."""
+        """The first candidate (in rank order) whose pattern matches ``body``."""
         if not body:
             return None
-        lowered: str | None = None
         for index in candidates:
             entry = self._compiled[index]
-            if entry.keywords:
-                lowered = body.lower() if lowered is None else lowered
-                if not any(k in lowered for k in entry.keywords):
-                    continue
             match = entry.search(body)
             if match is not None:
                 if not entry.grouped:

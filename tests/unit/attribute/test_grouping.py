@@ -168,18 +168,28 @@ def test_a_confirmation_explains_a_failed_job_without_cascades() -> None:
 
 
 @pytest.mark.parametrize(
-    "message",
+    ("message", "domain"),
     [
-        "OSError: [Errno 5] Input/output error: '/lustre/data/shard_{r}.bin'",
-        "OSError: [Errno 116] Stale file handle: '/nfs/data/shard_{r}.bin'",
-        "RuntimeError: Rank {r}: found NaN in local grad norm in backward pass",
-        "FloatingPointError: Loss is inf at step 1200",
+        # Shared-filesystem errors have their own signatures (system_software, not the job's).
+        (
+            "OSError: [Errno 5] Input/output error: '/lustre/data/shard_{r}.bin'",
+            FaultDomain.SYSTEM_SOFTWARE,
+        ),
+        (
+            "OSError: [Errno 116] Stale file handle: '/nfs/data/shard_{r}.bin'",
+            FaultDomain.SYSTEM_SOFTWARE,
+        ),
+        (
+            "RuntimeError: Rank {r}: found NaN in local grad norm in backward pass",
+            FaultDomain.APPLICATION,
+        ),
+        ("FloatingPointError: Loss is inf at step 1200", FaultDomain.APPLICATION),
     ],
 )
-def test_curable_errors_on_every_rank_restart(message: str) -> None:
+def test_curable_errors_on_every_rank_restart(message: str, domain: FaultDomain) -> None:
     text = "[rank{r}]: " + message
     v = verdict(lines(*[(10.0, None, text.format(r=r)) for r in range(0, 32, 3)]))
-    assert (v.domain, v.action) == (FaultDomain.APPLICATION, JobAction.RESTART)
+    assert (v.domain, v.action, v.implicated_nodes) == (domain, JobAction.RESTART, frozenset())
 
 
 def test_a_deterministic_error_with_a_path_still_stops() -> None:

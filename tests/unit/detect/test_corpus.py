@@ -6,6 +6,8 @@ self-contained; when the shared original sits beside the repository, a test chec
 
 How corpus domains map to v1 (see the corpus README): ``infrastructure`` lines are cascades;
 ``config`` counts as ``application`` in a verdict; ``noise`` lines match nothing (or noise).
+Structural lines of a failure (advice, stack headers, ``terminate called``) are labelled with the
+failure's domain but carry no cause themselves: they match as noise or cascade, never as a root.
 """
 
 from __future__ import annotations
@@ -46,18 +48,35 @@ BY_DOMAIN: dict[str, Check] = {
 
 # Rows v1 deliberately does not match, and why.
 NOT_COVERED = {
-    "21b": "CUDA's asynchronous-reporting advice: diagnostic text, never a failure (NVRx)",
-    "21c": "CUDA_LAUNCH_BLOCKING advice: diagnostic text, never a failure (NVRx)",
-    "23": "a stack frame (noise)",
-    "27a": "structural 'terminate called after throwing': the cause is on the next line (27b)",
-    "27c": "structural 'Exception raised from ...' location line",
-    "28b": "structural 'terminate called after throwing': the cause is on the line before (28a)",
+    "28b": "structural 'terminate called after throwing' a generic c10::Error: the cause is on the"
+    " line before (28a)",
+}
+
+# Structural rows matched as what they are (noise or cascade, never a root), and why.
+STRUCTURAL: dict[str, tuple[str, Role, str]] = {
+    "21b": (
+        "cuda.async_hint",
+        Role.NOISE,
+        "CUDA's asynchronous-reporting advice: diagnostic text, never a failure (NVRx)",
+    ),
+    "21c": (
+        "cuda.launch_blocking_hint",
+        Role.NOISE,
+        "CUDA_LAUNCH_BLOCKING advice: diagnostic text, never a failure (NVRx)",
+    ),
+    "23": ("nccl.watchdog_frame", Role.NOISE, "a stack frame inside ProcessGroupNCCL"),
+    "27a": (
+        "cuda.terminate_cuda_error",
+        Role.CASCADE,
+        "'terminate called after throwing' a c10::CUDAError: the cause is on the next line (27b)",
+    ),
+    "27c": ("cuda.raised_from", Role.NOISE, "'Exception raised from ...' location line"),
 }
 
 # Rows v1 classifies differently from the label, and why.
 DIVERGES = {
     "18": (
-        "nccl.error",
+        "nccl.system_error",
         "ncclSystemError is a cascade of domain system_software in v1; the config cause (the "
         "NCCL_SOCKET_IFNAME fix) is only visible in NCCL_DEBUG=INFO output",
     ),
@@ -83,6 +102,11 @@ def test_corpus_row(row: dict[str, str]) -> None:
         return
     assert found is not None, f"{row_id} ({row['label']}) matched no signature"
     signature, _ = found
+    if row_id in STRUCTURAL:
+        signature_id, role, _why = STRUCTURAL[row_id]
+        assert (signature.id, signature.role) == (signature_id, role)
+        assert not signature.implicates_node
+        return
     if row_id in DIVERGES:
         assert signature.id == DIVERGES[row_id][0]
         return

@@ -4,7 +4,6 @@ whichever engine runs (Hyperscan, RE2, stdlib re) on a corpus of real and awkwar
 from __future__ import annotations
 
 import bisect
-import contextlib
 import csv
 import functools
 import itertools
@@ -18,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from medic.detect import engines
-from medic.detect.catalogue import load_catalogue
+from medic.detect.catalogue import default_catalogue, load_catalogue
 from medic.detect.engines import (
     Engine,
     HyperscanEngine,
@@ -32,12 +31,13 @@ from medic.detect.engines import (
     strip_rank_prefix,
 )
 from medic.detect.matcher import SignatureDiagnoser
-from medic.detect.signatures import CATALOGUE, Signature
+from medic.detect.signatures import Signature
 from medic.domain.ids import SignatureId
-from medic.errors import ConfigError
 
 from .test_matcher import NEAR_MISSES
 from .test_signatures import EXAMPLES, SIM_LINES, SIM_QUIET_LINES
+
+CATALOGUE = default_catalogue()
 
 HERE = Path(__file__).parent
 YAML = load_catalogue(HERE / "fixtures" / "catalogue")
@@ -84,17 +84,10 @@ def _results(signatures: tuple[Signature, ...], engine: str, data: bytes) -> lis
 
 
 def _catalogue(name: str) -> tuple[Signature, ...]:
-    if name == "python":
-        return CATALOGUE
-    if name == "fixture":
-        return YAML
-    try:  # the package's own YAML catalogue, once it is complete
-        return load_catalogue()
-    except ConfigError as exc:
-        pytest.skip(f"the package catalogue does not load yet: {exc}")
+    return YAML if name == "fixture" else CATALOGUE
 
 
-@pytest.mark.parametrize("catalogue", ["python", "fixture", "package"])
+@pytest.mark.parametrize("catalogue", ["fixture", "package"])
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e != "re"])
 def test_engines_agree_on_the_corpus(catalogue: str, engine: str) -> None:
     signatures = _catalogue(catalogue)
@@ -122,7 +115,7 @@ def test_every_engine_matches_the_reference_loop(engine: str) -> None:
 
 
 _FRAGMENTS = st.sampled_from(
-    [k for s in CATALOGUE for k in s.keywords]
+    [e.line[:40] for s in CATALOGUE for e in s.examples[:1]]
     + [e.line[:40] for s in YAML for e in s.examples]
     + ["[rank1]:", "NVRM: Xid (PCI:0000:3a:00): ", "79, ", "pid=", ": ", "Error", " ", "é"]
     + ["\n", "\r", "\x00", "\u2028", "Watchdog caught collective operation timeout", "0", "9"]
@@ -131,9 +124,7 @@ _FRAGMENTS = st.sampled_from(
 
 @functools.cache
 def _superset_setup() -> tuple[list[re.Pattern[str]], dict[str, Engine]]:
-    signatures = [*CATALOGUE, *YAML]
-    with contextlib.suppress(ConfigError):  # until the package catalogue is complete
-        signatures += [s for s in load_catalogue() if s.id not in {x.id for x in signatures}]
+    signatures = [*CATALOGUE, *(s for s in YAML if s.id not in {x.id for x in CATALOGUE})]
     patterns = [s.pattern for s in signatures]
     return [compile_pattern(p) for p in patterns], {e: make_engine(patterns, e) for e in ENGINES}
 

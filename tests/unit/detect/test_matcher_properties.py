@@ -13,14 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from medic.attribute.blame import attribute
-from medic.detect.catalogue import load_catalogue
+from medic.detect.catalogue import default_catalogue, load_catalogue
 from medic.detect.engines import available_engines
 from medic.detect.matcher import MAX_TEXT_CHARS, SignatureDiagnoser
-from medic.detect.signatures import CATALOGUE, Signature
+from medic.detect.signatures import Signature
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity
 from medic.domain.ids import ClusterName, JobId, NodeName, SignatureId
 from medic.domain.logs import LogLine, LogStream
+
+CATALOGUE = default_catalogue()
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NODES = tuple(NodeName(f"node{i:03d}") for i in range(4))

@@ -5,9 +5,7 @@ Each directory here is one failed (or healthy) attempt: ``<node>.log`` per node 
 
 - ``domain``, ``action``, ``implicated_nodes``: what the verdict must say;
 - ``node_action`` (optional): the node repair the verdict must call for;
-- ``summary_contains`` (optional): strings the summary must carry (Xid 154's printed action ...);
-- ``needs_catalogue_v2`` (optional): the scenario needs a signature only the YAML catalogue has
-  (Slurm cancellations, pyxis, Lustre); it is an expected failure until that catalogue is in.
+- ``summary_contains`` (optional): strings the summary must carry (Xid 154's printed action ...).
 """
 
 from __future__ import annotations
@@ -34,14 +32,6 @@ def _expected(path: Path) -> dict[str, Any]:
     return data
 
 
-def _params() -> list[Any]:
-    params = []
-    for path in SCENARIOS:
-        marks = []
-        if _expected(path).get("needs_catalogue_v2"):
-            marks.append(pytest.mark.xfail(reason="needs the YAML catalogue (v2)", strict=False))
-        params.append(pytest.param(path, id=path.name, marks=marks))
-    return params
 
 
 def test_there_are_enough_scenarios_covering_every_domain() -> None:
@@ -52,7 +42,7 @@ def test_there_are_enough_scenarios_covering_every_domain() -> None:
         assert any(f.endswith(".log") for f in files) or "job.out" in files, path.name
 
 
-@pytest.mark.parametrize("path", _params())
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
 def test_scenario(path: Path) -> None:
     expected = _expected(path)
     diagnosis = diagnose_directory(path)

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEPS   := pyproject.toml
 
-.PHONY: demo serve test lint typecheck imports pytest bench clean
+.PHONY: demo serve test lint typecheck imports pytest chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,15 @@ typecheck: $(VENV)/.installed-dev
 imports: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
-pytest: $(VENV)/.installed-dev
+# The console's browser tests (tests/console) drive Debian's chromium with Playwright (the dev
+# extra); Playwright never downloads a browser of its own. Installed with apt when missing.
+chromium:
+	@[ -x /usr/bin/chromium ] || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "make: /usr/bin/chromium is missing: apt-get install -y chromium (as root)" >&2; fi; }
+
+pytest: $(VENV)/.installed-dev chromium
 	eval "$$($(BIN)/python tools/test_databases.py)"; \
 	echo "store suite engines: sqlite$${MEDIC_TEST_POSTGRES_URL:+ postgresql}$${MEDIC_TEST_MYSQL_URL:+ mariadb}"; \
 	$(BIN)/pytest

@@ -15,16 +15,19 @@ from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceRequest, Reconciliation
 from medic.domain.attempts import Attempt, Progress
 from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.auth import Session, Token
 from medic.domain.cluster import Job, JobSpec, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine
+from medic.domain.modes import ClusterModes
 from medic.domain.repairs import (
     Alert,
     AlertState,
     Breaker,
     Repair,
+    RepairAction,
     RepairPolicy,
     RepairRequest,
     RepairState,
@@ -41,10 +44,12 @@ __all__ = [
     "FaultInjector",
     "LogSource",
     "Metrics",
+    "ModeStore",
     "NodeProvider",
     "RepairStore",
     "Scheduler",
     "Store",
+    "TokenStore",
     "Workload",
 ]
 
@@ -120,12 +125,31 @@ class LogSource(Protocol):
 
 
 class NodeProvider(Protocol):
-    """Machine-level operations below the scheduler (reboot, power-cycle, reprovision)."""
+    """Machine-level operations below the scheduler (reboot, power-cycle, reprovision).
+
+    Node repair drives it through two calls: :meth:`execute` starts (or runs) one repair action
+    on a node the scheduler already drained, and :meth:`rejoined` tells when the node is back.
+    ``TransientError``: try again later; ``PermanentError``: this provider cannot do that here
+    (e.g. no hook configured for the action); ``NotFoundError``: unknown node.
+    """
 
     def reboot(self, node: NodeName, reason: str) -> None: ...
 
     def boot_id(self, node: NodeName) -> str:
         """An id that changes at every boot; guards power-cycles against double execution."""
+        ...
+
+    def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
+        """Carry out ``action`` on ``node`` for repair ``repair_id``. May return once the action
+        is under way (a reboot) or once it is done (an operator hook command). Asking again while
+        it is under way does not start it twice."""
+        ...
+
+    def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
+        """True once ``node`` answers again after ``action`` and has no reboot pending; for an
+        action that restarts the machine also booted since (boot id differs from
+        ``boot_id_before``; None: not known, only responsiveness counts). False while it is on
+        its way back; raises ``TransientError`` when that cannot be told now."""
         ...
 
 
@@ -443,3 +467,56 @@ class RepairStore(Protocol):
     def add_validation(self, result: ValidationResult) -> None: ...
 
     def list_validations(self, repair_id: int) -> list[ValidationResult]: ...
+
+
+@runtime_checkable
+class TokenStore(Protocol):
+    """API tokens (only their hashes) and console sessions.
+
+    A token's name is unique among tokens that are not revoked; a revoked token's row is kept (its
+    name can be given to a new token, which replaces it). Revoking a token ends its sessions.
+    """
+
+    def create_token(self, token: Token) -> None:
+        """Store a new token; ``ConflictError`` when an active token already has its name."""
+        ...
+
+    def get_token(self, name: str) -> Token | None: ...
+
+    def find_token(self, secret_hash: str) -> Token | None:
+        """The token whose secret hashes to ``secret_hash`` (revoked ones included)."""
+        ...
+
+    def list_tokens(self) -> list[Token]:
+        """Every token, revoked ones included, by name."""
+        ...
+
+    def revoke_token(self, name: str, now: datetime) -> Token:
+        """Revoke the token and delete its sessions (revoking twice changes nothing);
+        ``NotFoundError`` for an unknown name."""
+        ...
+
+    def create_session(self, session: Session) -> None: ...
+
+    def get_session(self, id_hash: str) -> Session | None: ...
+
+    def delete_session(self, id_hash: str) -> bool:
+        """Delete one session; False when there was none."""
+        ...
+
+    def purge_sessions(self, now: datetime) -> int:
+        """Delete the sessions that ended before ``now``; how many."""
+        ...
+
+
+@runtime_checkable
+class ModeStore(Protocol):
+    """Observe/act modes switched at run time, per cluster and per partition."""
+
+    def get_modes(self, cluster: ClusterName) -> ClusterModes:
+        """The cluster's stored modes (none stored: no cluster mode, no partitions)."""
+        ...
+
+    def put_modes(self, modes: ClusterModes, now: datetime, by: str) -> ClusterModes:
+        """Replace the cluster's stored modes in one transaction; the modes stored before."""
+        ...

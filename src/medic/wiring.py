@@ -14,20 +14,24 @@ from datetime import UTC, datetime
 
 from medic.config.settings import Settings
 from medic.control.loop import ControlLoop
+from medic.control.repairs import RepairEngine
 from medic.control.services import Services
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
-from medic.ports import Clock, FaultInjector, LogSource, Scheduler, Store, Workload
+from medic.ports import Clock, FaultInjector, LogSource, NodeProvider, Scheduler, Store, Workload
 from medic.schedulers.cache import SnapshotCache
+from medic.schedulers.hooks import HookNodeProvider, hook_commands, run_command
 from medic.schedulers.sim import SimCluster
 from medic.schedulers.slurm import (
     SlurmLogSource,
+    SlurmNodeProvider,
     SlurmScheduler,
     runner_from_settings,
 )
-from medic.store import create_store, default_database_url
+from medic.schedulers.slurm.requests import parse_request
+from medic.store import SqlStore, create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
 
 __all__ = ["SystemClock", "build", "build_scheduler", "open_store"]
@@ -50,9 +54,10 @@ class _Cluster:
     logs: LogSource
     injector: FaultInjector | None
     workload: Workload | None
+    provider: NodeProvider
 
 
-def open_store(settings: Settings) -> Store:
+def open_store(settings: Settings) -> SqlStore:
     """The configured store, migrated to the latest schema."""
     return create_store(settings.store.url or default_database_url())
 
@@ -85,7 +90,11 @@ def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: boo
             ttl_seconds=settings.slurm.snapshot_seconds,
         )
         logs = SlurmLogSource(store, settings.slurm, clock=clock)
-        return _Cluster(scheduler, logs, injector=None, workload=None)
+        # Slurm reboots by itself; every other repair action runs the operator's hook command.
+        hooked = HookNodeProvider.from_settings(
+            SlurmNodeProvider(runner, settings.slurm), settings.repair
+        )
+        return _Cluster(scheduler, logs, injector=None, workload=None, provider=hooked)
     sim = SimCluster(clock, settings.sim, cluster=name)
     if start_workload:
         for i in range(settings.sim.jobs):
@@ -94,7 +103,10 @@ def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: boo
                     i + 1, num_nodes=settings.sim.nodes_per_job, partitions=settings.sim.partitions
                 )
             )
-    return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload)
+    provider: NodeProvider = sim.node_provider
+    if hook_commands(settings.repair):  # the simulator does every action; hooks may override
+        provider = HookNodeProvider.from_settings(provider, settings.repair)
+    return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload, provider)
 
 
 def build(
@@ -106,14 +118,29 @@ def build(
     store = open_store(settings)
     parts = _cluster(settings, store, clock, start_workload)
     metrics = PrometheusMetrics()
+    diagnoser = SignatureDiagnoser()
+    repairs = None
+    if settings.repair.enabled:
+        repairs = RepairEngine(
+            store=store,
+            scheduler=parts.scheduler,
+            provider=parts.provider,
+            clock=clock,
+            settings=settings.repair,
+            metrics=metrics,
+            validation_runner=run_command,
+            signatures=diagnoser.signatures,
+            drain_requests=parse_request if settings.scheduler.kind == "slurm" else None,
+        )
     loop = ControlLoop(
         scheduler=parts.scheduler,
         logs=parts.logs,
         store=store,
-        diagnoser=SignatureDiagnoser(),
+        diagnoser=diagnoser,
         clock=clock,
         metrics=metrics,
         settings=settings,
+        repairs=repairs,
     )
     return Services(
         settings=settings,
@@ -128,4 +155,5 @@ def build(
         injector=parts.injector,
         workload=parts.workload,
         close=getattr(store, "close", lambda: None),
+        repairs=repairs,
     )

@@ -70,19 +70,28 @@ class Server:
         self._server = self._thread = None
 
 
+TOKENS = {"agent": "detector", "nvsentinel": "detector", "viewer": "viewer"}
+"""API tokens by name and role: ``agent`` posts as every ``agent:<node>``, ``viewer`` reads."""
+
+
 @dataclass
 class Api:
     services: Services
     clock: FakeClock
     server: Server
     http: httpx.Client
+    """Posts with the ``agent`` detector token unless told otherwise (``headers=api.as_(name)``)."""
+    tokens: dict[str, str]
 
     @property
     def url(self) -> str:
         return self.server.url
 
+    def as_(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[name]}"}
+
     def alerts(self, **params: Any) -> list[dict[str, Any]]:
-        response = self.http.get("/api/v1/alerts", params=params)
+        response = self.http.get("/api/v1/alerts", params=params, headers=self.as_("viewer"))
         assert response.status_code == 200, response.text
         body: list[dict[str, Any]] = response.json()
         return body
@@ -94,9 +103,11 @@ def _has_alert_store(services: Services) -> bool:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
+    from api.auth_kit import grant
     from medic.api.alerts import router as alerts_router
     from medic.api.app import create_app
     from medic.config.loading import load_settings
+    from medic.domain.auth import Role
     from medic.wiring import build
 
     clock = FakeClock()
@@ -111,11 +122,16 @@ def api(tmp_path: Path) -> Iterator[Api]:
     app = create_app(services)
     if not any(getattr(r, "path", None) == "/api/v1/alerts" for r in app.routes):
         app.include_router(alerts_router)  # until create_app includes the alerts router
+    tokens = {name: grant(services.store, Role(role), name) for name, role in TOKENS.items()}
     server = Server(app)
     server.start()
-    http = httpx.Client(base_url=server.url, timeout=5.0)
+    http = httpx.Client(
+        base_url=server.url,
+        timeout=5.0,
+        headers={"Authorization": f"Bearer {tokens['agent']}"},
+    )
     try:
-        yield Api(services, clock, server, http)
+        yield Api(services, clock, server, http, tokens)
     finally:
         http.close()
         server.stop()

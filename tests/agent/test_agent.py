@@ -21,10 +21,12 @@ from typer.testing import CliRunner
 from medic.agent import Agent, AlertSender, FileFollower, KernelClassifier, KmsgFollower
 from medic.agent.checks import CheckResult, CheckStatus
 from medic.cli import agent as agent_cli
-from medic.detect import CATALOGUE
+from medic.detect import default_catalogue
 
 from .conftest import CLUSTER, Api
 from .test_kernel import XID_79
+
+CATALOGUE = default_catalogue()
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -95,7 +97,12 @@ def test_the_loop_sends_kernel_events_and_stops(api: Api, tmp_path: Path) -> Non
     log.write_text("")
     steady = _Steady()
     sender = AlertSender(
-        api.url, cluster=CLUSTER, node="n1", detector="agent:n1", spool=tmp_path / "spool.jsonl"
+        api.url,
+        cluster=CLUSTER,
+        node="n1",
+        detector="agent:n1",
+        token=api.tokens["agent"],
+        spool=tmp_path / "spool.jsonl",
     )
     agent = Agent(
         [steady],
@@ -148,12 +155,15 @@ def test_once_json_prints_every_check_without_an_api(tmp_path: Path) -> None:
 
 
 def test_once_exits_1_and_posts_when_a_check_fails(api: Api, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(api.tokens["agent"] + "\n")
     result = _invoke(
         "--once",
         "--api", api.url,
         "--cluster", CLUSTER,
         "--node", "gpu-node-017",
         "--detector", "agent:gpu-node-017",
+        "--token-file", str(token_file),
         "--fs", str(tmp_path),
         "--ib-root", str(_ib_down(tmp_path / "ib")),
         "--spool", str(tmp_path / "spool.jsonl"),
@@ -176,9 +186,13 @@ def test_once_exits_1_and_posts_when_a_check_fails(api: Api, tmp_path: Path) -> 
         ([], "--api"),
         (["--once", "--node", "bad node"], "--node"),
         (["--api", "http://x", "--cluster", "c", "--kernel", "syslog"], "--kernel"),
+        (["--api", "http://x", "--cluster", "c", "--kernel", "none"], "--token"),
+        (["--api", "http://x", "--cluster", "c", "--token", " "], "--token"),
+        (["--api", "http://x", "--cluster", "c", "--token-file", "/nonexistent"], "--token-file"),
     ],
 )
-def test_bad_options(args: list[str], message: str) -> None:
+def test_bad_options(args: list[str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDIC_TOKEN", raising=False)
     result = CliRunner().invoke(_app(), ["agent", *args])
 
     assert result.exit_code == 2 and message in result.output
@@ -194,7 +208,7 @@ def test_a_running_agent_posts_kernel_xids_and_stops_on_sigterm(api: Api, tmp_pa
         "--fs", str(tmp_path), "--ib-root", str(tmp_path / "ib"),
         "--spool", str(tmp_path / "spool.jsonl"),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": SRC}
+    env = {**os.environ, "PYTHONPATH": SRC, "MEDIC_TOKEN": api.tokens["agent"]}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -11,6 +11,7 @@ import pytest
 
 from medic.api.alerts import router as alerts_router
 from medic.api.app import create_app
+from medic.domain.audit import AuditKind
 
 from .conftest import CLUSTER, Api, Server
 
@@ -66,7 +67,7 @@ def test_the_same_alert_again_counts_and_keeps_first_seen(api: Api) -> None:
 
 def test_a_detector_that_is_not_the_agent_is_a_detector(api: Api) -> None:
     body = _alert(key="detector:nvsentinel:gpu_mem", detector="nvsentinel", xid=None)
-    stored = api.http.post("/api/v1/alerts", json=body).json()
+    stored = api.http.post("/api/v1/alerts", json=body, headers=api.as_("nvsentinel")).json()
 
     assert stored["source"] == "detector" and stored["xid"] is None
 
@@ -105,7 +106,10 @@ def test_list_filters(api: Api) -> None:
     assert [a["key"] for a in api.alerts(node="gpu-node-018")] == ["agent:fs_full"]
     assert [a["key"] for a in api.alerts(state="firing", cluster=CLUSTER)] == ["xid:79"]
     assert len(api.alerts(unmapped="true")) == 3, "nothing is mapped yet"
-    _problem(api.http.get("/api/v1/alerts", params={"state": "burning"}), 422, "invalid_request")
+    response = api.http.get(
+        "/api/v1/alerts", params={"state": "burning"}, headers=api.as_("viewer")
+    )
+    _problem(response, 422, "invalid_request")
 
 
 @pytest.mark.parametrize(
@@ -151,8 +155,63 @@ def test_a_store_without_alerts_answers_503(api: Api) -> None:
     server = Server(app)
     server.start()
     try:
-        response = httpx.post(f"{server.url}/api/v1/alerts", json=_alert(), timeout=5)
+        response = httpx.post(
+            f"{server.url}/api/v1/alerts", json=_alert(), headers=api.as_("agent"), timeout=5
+        )
     finally:
         server.stop()
 
     _problem(response, 503, "unavailable")
+
+
+# --- who may post --------------------------------------------------------------------------------
+def test_a_detector_posts_only_as_itself(api: Api) -> None:
+    own = api.http.post("/api/v1/alerts", json=_alert(detector="agent:gpu-node-017"))
+    named = api.http.post(
+        "/api/v1/alerts",
+        json=_alert(key="detector:nvsentinel:x", detector="nvsentinel"),
+        headers=api.as_("nvsentinel"),
+    )
+    as_other = api.http.post(
+        "/api/v1/alerts", json=_alert(detector="nvsentinel"), headers=api.as_("agent")
+    )
+    prefix_only = api.http.post("/api/v1/alerts", json=_alert(detector="agentx"))
+    as_agent = api.http.post(
+        "/api/v1/alerts", json=_alert(detector="agent:gpu-node-017"), headers=api.as_("nvsentinel")
+    )
+
+    assert own.status_code == named.status_code == 201, (own.text, named.text)
+    for response in (as_other, prefix_only, as_agent):
+        assert "only as itself" in _problem(response, 403, "forbidden")
+    denied = api.services.store.query_audit(kind=AuditKind.ACCESS_DENIED)
+    assert [(e.payload["principal"], e.payload["method"]) for e in denied] == [
+        ("agent", "POST"),
+        ("agent", "POST"),
+        ("nvsentinel", "POST"),
+    ]
+
+
+def test_only_who_raised_an_alert_resolves_it(api: Api) -> None:
+    api.http.post("/api/v1/alerts", json=_alert(key="agent:thermal"))
+
+    other = api.http.post(
+        "/api/v1/alerts",
+        json=_alert(key="agent:thermal", detector="nvsentinel", state="resolved"),
+        headers=api.as_("nvsentinel"),
+    )
+    own = api.http.post("/api/v1/alerts", json=_alert(key="agent:thermal", state="resolved"))
+
+    assert "resolve" in _problem(other, 403, "forbidden")
+    assert own.status_code == 200 and own.json()["state"] == "resolved"
+
+
+def test_posting_needs_a_detector_token_and_reading_a_viewer_token(api: Api) -> None:
+    anonymous = httpx.post(f"{api.url}/api/v1/alerts", json=_alert(), timeout=5)
+    viewer = api.http.post("/api/v1/alerts", json=_alert(), headers=api.as_("viewer"))
+    reading = api.http.get("/api/v1/alerts")
+
+    _problem(anonymous, 401, "unauthenticated")
+    assert anonymous.headers["www-authenticate"].startswith("Bearer")
+    _problem(viewer, 403, "forbidden")
+    _problem(reading, 403, "forbidden")
+    assert api.alerts() == []

@@ -38,6 +38,7 @@ def _sender(api: Api, tmp_path: Path, **kw: Any) -> AlertSender:
         "cluster": CLUSTER,
         "node": NODE,
         "detector": f"agent:{NODE}",
+        "token": api.tokens["agent"],
         "spool": tmp_path / "spool.jsonl",
         "clock": api.clock,
         "timeout": 2.0,
@@ -226,3 +227,66 @@ def test_refused_alerts_are_dropped_not_spooled(tmp_path: Path) -> None:
     assert refused == Delivery(sent=1, dropped=1)
     assert gone == Delivery(sent=0, dropped=0)
     assert not (tmp_path / "spool.jsonl").exists()
+
+
+def test_the_token_goes_out_as_a_bearer_token(tmp_path: Path) -> None:
+    headers: list[str | None] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        headers.append(request.headers.get("authorization"))
+        return httpx.Response(201, json={})
+
+    for token in ("medic_abc", None):
+        sender = AlertSender(
+            "http://medic.invalid",
+            cluster=CLUSTER,
+            node=NODE,
+            token=token,
+            transport=httpx.MockTransport(handle),
+            clock=FakeClock(),
+        )
+        sender.process([_result()])
+        sender.close()
+
+    assert headers == ["Bearer medic_abc", None]
+
+
+def test_a_refused_token_spools_without_retries_and_a_forbidden_alert_is_dropped(
+    tmp_path: Path,
+) -> None:
+    seen: list[dict[str, Any]] = []
+    sleeps: list[float] = []
+    sender = AlertSender(
+        "http://medic.invalid",
+        cluster=CLUSTER,
+        node=NODE,
+        token="medic_revoked",
+        spool=tmp_path / "spool.jsonl",
+        transport=_scripted([401, 403, 201], seen),
+        sleep=sleeps.append,
+        retries=3,
+        clock=FakeClock(),
+    )
+
+    refused = sender.process([_result("agent:a")])
+    assert refused == Delivery(spooled=1) and len(seen) == 1 and sleeps == []
+    assert (tmp_path / "spool.jsonl").exists(), "kept until a valid token is configured"
+
+    retried = sender.process([_result("agent:b")])
+    sender.close()
+
+    assert retried == Delivery(sent=1, dropped=1), "403: this token may never post that alert"
+    assert [body["key"] for body in seen] == ["agent:a", "agent:a", "agent:b"]
+    assert not (tmp_path / "spool.jsonl").exists()
+
+
+def test_unauthenticated_posts_are_refused_by_the_real_api(api: Api, tmp_path: Path) -> None:
+    sender = _sender(api, tmp_path, token=None)
+    assert sender.process([_result()]) == Delivery(spooled=1)
+    sender.close()
+
+    assert api.alerts() == []
+    second = _sender(api, tmp_path)  # the same spool, now with a token
+    assert second.deliver() == Delivery(sent=1)
+    second.close()
+    assert [a["key"] for a in api.alerts()] == ["agent:ecc_dbe"]

@@ -24,6 +24,7 @@ from medic.control.services import Services
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.auth import Role
 from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, NotFoundError, PermanentError, TransientError
@@ -31,8 +32,12 @@ from medic.remote import MedicApiClient
 from medic.testing import FakeClock
 from medic.wiring import build
 
+from .auth_kit import bearer, grant
+
 PROBLEM_JSON = "application/problem+json"
 CLUSTER = ClusterName("c1")
+CONTROLLER = "slurm-a"
+"""The controller token's name: its audit events are written as ``controller:slurm-a``."""
 
 
 @dataclass
@@ -90,8 +95,9 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     if not any(getattr(r, "path", None) == "/api/v1/actions" for r in app.routes):
         app.include_router(advice_router)  # until create_app includes the advice router
     server, thread, url = _serve(app)
-    http = httpx.Client(base_url=url, timeout=5.0)
-    client = MedicApiClient(url, timeout=5.0)
+    token = grant(services.store, Role.CONTROLLER, CONTROLLER)
+    http = httpx.Client(base_url=url, timeout=5.0, headers=bearer(token))
+    client = MedicApiClient(url, timeout=5.0, token=token)
     yield Api(services, clock, url, http, client, itertools.count(1))
     client.close()
     http.close()
@@ -254,22 +260,26 @@ def _event(**extra: Any) -> dict[str, Any]:
     }
 
 
-def test_audit_events_get_the_servers_time_and_a_controller_actor(api: Api) -> None:
+def test_audit_events_get_the_servers_time_and_the_tokens_controller_actor(api: Api) -> None:
     api.clock.advance(3)
     created = api.http.post("/api/v1/audit", json=_event())
     assert created.status_code == 201
     body = created.json()
-    assert body["actor"] == "controller:medic-controller"
+    assert body["actor"] == f"controller:{CONTROLLER}", "the token names the actor"
+    assert body["payload"]["component"] == "medic-controller", "the body's actor is kept"
     assert datetime.fromisoformat(body["time"]) == api.clock.now()
     [stored] = api.services.store.query_audit(
-        actor="controller:medic-controller", after_id=body["id"] - 1
+        actor=f"controller:{CONTROLLER}", after_id=body["id"] - 1
     )
     assert (
         stored.kind is AuditKind.ACTION_STARTED
         and stored.payload["key"] == "advice/1/g1/requeue_hold"
     )
-    prefixed = api.http.post("/api/v1/audit", json=_event(actor="controller:elsewhere")).json()
-    assert prefixed["actor"] == "controller:elsewhere"
+    elsewhere = api.http.post("/api/v1/audit", json=_event(actor="controller:elsewhere")).json()
+    assert elsewhere["actor"] == f"controller:{CONTROLLER}", "no writing as another controller"
+    assert elsewhere["payload"]["component"] == "elsewhere"
+    itself = api.http.post("/api/v1/audit", json=_event(actor=CONTROLLER)).json()
+    assert itself["actor"] == f"controller:{CONTROLLER}" and "component" not in itself["payload"]
 
 
 @pytest.mark.parametrize(
@@ -345,7 +355,8 @@ def test_client_round_trips_the_ledger(api: Api) -> None:
         )
     )
     [stored] = api.services.store.query_audit(after_id=event_id - 1, limit=1)
-    assert stored.id == event_id and stored.actor == "controller:medic-controller"
+    assert stored.id == event_id and stored.actor == f"controller:{CONTROLLER}"
+    assert stored.payload["component"] == "medic-controller"
 
     reported = client.report_reconciliation(
         advice.id, 1, Reconciliation.ABANDONED, "test", api.clock.now()
@@ -398,19 +409,53 @@ def _problem_body(status: int, detail: str) -> httpx.Response:
         (httpx.Response(502, text="<html>bad gateway</html>"), TransientError, "bad gateway"),
         (_problem_body(503, "store down"), TransientError, "store down"),
         (_problem_body(400, "what to fix"), PermanentError, "what to fix"),
-        (_problem_body(401, "who are you"), PermanentError, "who are you"),
+        (_problem_body(401, "who are you"), TransientError, "who are you"),
+        (_problem_body(403, "not a controller"), TransientError, "not a controller"),
         (_problem_body(409, "superseded"), ConflictError, "superseded"),
         (_problem_body(404, "gone"), NotFoundError, "gone"),
         (httpx.Response(200, text="not json"), TransientError, "not JSON"),
         (httpx.Response(200, json={"unexpected": True}), TransientError, "unexpected advice"),
     ],
-    ids=["500", "502-html", "503", "400", "401", "409", "404", "not-json", "wrong-shape"],
+    ids=["500", "502-html", "503", "400", "401", "403", "409", "404", "not-json", "wrong-shape"],
 )
 def test_client_maps_http_outcomes(
     response: httpx.Response, error: type[Exception], text: str
 ) -> None:
     with _scripted(lambda _request: response) as client, pytest.raises(error, match=text):
         client.report_reconciliation(AdviceId(1), 1, Reconciliation.PENDING, "x", datetime.now())
+
+
+def test_client_sends_its_token_as_a_bearer_token() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=[])
+
+    transport = httpx.MockTransport(handler)
+    with MedicApiClient("http://medic.test", token="medic_s3cret", transport=transport) as client:
+        assert client.list_active_advice(CLUSTER) == []
+    with MedicApiClient("http://medic.test", transport=transport) as client:
+        client.list_active_advice(CLUSTER)
+    assert seen[0].headers["authorization"] == "Bearer medic_s3cret"
+    assert "authorization" not in seen[1].headers
+
+
+def test_a_token_without_the_controller_role_is_refused(api: Api) -> None:
+    viewer = grant(api.services.store, Role.VIEWER, "viewer-of-advice")
+    advice = api.publish()
+    with MedicApiClient(api.url, timeout=5.0, token=viewer) as client:
+        assert client.get_advice(advice.id) == advice, "a viewer reads advice"
+        with pytest.raises(TransientError, match="403"):
+            client.report_reconciliation(
+                advice.id, 1, Reconciliation.CONVERGED, "x", api.clock.now()
+            )
+    with (
+        MedicApiClient(api.url, timeout=5.0) as anonymous,
+        pytest.raises(TransientError, match="401"),
+    ):
+        anonymous.list_active_advice(CLUSTER)
+    assert api.services.store.get_advice(advice.id) == advice, "nothing was recorded"
 
 
 def test_client_passes_retry_after_and_maps_timeouts() -> None:

@@ -3,6 +3,10 @@ by pass with a FakeClock, where one act-mode job and one observe-mode job each l
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
+import itertools
 import json
 import threading
 import time
@@ -11,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,10 +24,14 @@ from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.auth import Role
 from medic.domain.cluster import JobSpec
 from medic.domain.faults import FaultKind, FaultRecord
+from medic.errors import StoreError
 from medic.testing import FakeClock
 from medic.wiring import build
+
+from .auth_kit import bearer, grant
 
 with warnings.catch_warnings():
     # Starlette warns (StarletteDeprecationWarning, a UserWarning) when the test client runs on
@@ -46,6 +54,15 @@ def _settings(url: str, **extra: object) -> Any:
         **extra,
     }
     return load_settings(env={}, overrides=overrides)
+
+
+_TOKENS = itertools.count(1)
+
+
+def _client(services: Services, *, run_loop: bool = False) -> TestClient:
+    """A client of the API over ``services`` signed in with a new viewer token."""
+    secret = grant(services.store, Role.VIEWER, f"viewer-{next(_TOKENS)}")
+    return TestClient(create_app(services, run_loop=run_loop), headers=bearer(secret))
 
 
 def _passes(services: Services, clock: FakeClock, count: int) -> None:
@@ -79,7 +96,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     observed = services.injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id=observed_job)
     _passes(services, clock, 10)
     try:
-        yield Scenario(services, TestClient(create_app(services)), acted, observed, "2")
+        yield Scenario(services, _client(services), acted, observed, "2")
     finally:
         services.close()
 
@@ -352,7 +369,7 @@ def test_a_job_id_in_two_clusters_needs_the_cluster(tmp_path: Path) -> None:
     try:
         first.loop.run_once()
         second.loop.run_once()
-        client = TestClient(create_app(first))
+        client = _client(first)
 
         body = _assert_problem(client.get("/api/v1/jobs/1/timeline"), 422, "invalid_input")
         assert "cluster" in body["detail"]
@@ -389,7 +406,7 @@ def test_timeline_of_a_long_lived_job_includes_its_newest_events(tmp_path: Path)
             )
             for i in range(1001)
         ]
-        timeline = TestClient(create_app(services)).get("/api/v1/jobs/1/timeline").json()
+        timeline = _client(services).get("/api/v1/jobs/1/timeline").json()
 
         assert timeline["events"][-1]["id"] == ids[-1]
     finally:
@@ -555,6 +572,99 @@ def test_bad_kind_problem_lists_the_allowed_kinds(client: TestClient) -> None:
     assert all(kind.value in body["detail"] for kind in AuditKind)
 
 
+def test_audit_exports_as_csv_with_a_header_row(client: TestClient) -> None:
+    response = client.get("/api/v1/audit", params={"format": "csv", "job": "1", "limit": 1000})
+
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/csv")
+    assert "attachment" in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    events = _all_events(client, job="1")
+    assert response.text.splitlines()[0] == (
+        "id,time,actor,kind,subject_type,subject_id,cluster,signature_id,action,verdict,mode,payload"
+    )
+    assert [int(r["id"]) for r in rows] == [e["id"] for e in events]
+    assert [r["kind"] for r in rows] == [e["kind"] for e in events]
+    assert [json.loads(r["payload"]) for r in rows] == [e["payload"] for e in events]
+    assert all(r["verdict"] == (e["verdict"] or "") for r, e in zip(rows, events, strict=True))
+    assert "X-Next-After-Id" not in response.headers
+
+
+def test_audit_csv_pages_like_json(client: TestClient) -> None:
+    first = client.get("/api/v1/audit", params={"format": "csv", "limit": 2})
+    page = client.get("/api/v1/audit", params={"limit": 2}).json()
+
+    assert first.headers["x-next-after-id"] == str(page["next_after_id"])
+    assert [int(r["id"]) for r in csv.DictReader(io.StringIO(first.text))] == [
+        e["id"] for e in page["events"]
+    ]
+    bad = client.get("/api/v1/audit", params={"format": "xml"})
+    _assert_problem(bad, 422, "invalid_request")
+
+
+def test_audit_csv_cells_never_start_a_formula(tmp_path: Path) -> None:
+    clock = FakeClock()
+    services = build(_settings(f"sqlite:///{tmp_path / 'csv.db'}"), clock=clock)
+    try:
+        services.store.append_audit(
+            AuditEvent(
+                time=clock.now(),
+                actor="medic-engine",
+                kind=AuditKind.LOOP_ERROR,
+                subject_type=SubjectType.JOB,
+                subject_id='=HYPERLINK("http://evil")',
+                cluster="sim",
+                payload={"error": "x"},
+            )
+        )
+        text = _client(services).get("/api/v1/audit", params={"format": "csv"}).text
+    finally:
+        services.close()
+    [row] = list(csv.DictReader(io.StringIO(text)))
+    assert row["subject_id"] == '\'=HYPERLINK("http://evil")'
+
+
+def test_audit_filters_by_node(tmp_path: Path) -> None:
+    clock = FakeClock()
+    services = build(_settings(f"sqlite:///{tmp_path / 'node.db'}"), clock=clock)
+    try:
+        for subject_type, subject in (
+            (SubjectType.NODE, "node001"),
+            (SubjectType.NODE, "node002"),
+            (SubjectType.JOB, "node001"),
+        ):
+            services.store.append_audit(
+                AuditEvent(
+                    time=clock.now(),
+                    actor="medic-engine",
+                    kind=AuditKind.ALERT_FIRING,
+                    subject_type=subject_type,
+                    subject_id=subject,
+                    cluster="sim",
+                )
+            )
+        client = _client(services)
+        on_node = client.get("/api/v1/audit", params={"node": "node001"}).json()["events"]
+        both = client.get("/api/v1/audit", params={"node": "node001", "job": "1"})
+    finally:
+        services.close()
+    assert [(e["subject_type"], e["subject_id"]) for e in on_node] == [("node", "node001")]
+    assert "not both" in _assert_problem(both, 422, "invalid_input")["detail"]
+
+
+def test_readyz_answers_503_when_the_store_does_not(scenario: Scenario) -> None:
+    class Down:
+        def get_cursor(self, source: str) -> str | None:
+            raise StoreError("database postgresql://medic:***@db/medic: connection refused")
+
+    down = dataclasses.replace(scenario.services, store=cast(Any, Down()))
+    response = TestClient(create_app(down)).get("/readyz")
+
+    body = _assert_problem(response, 503, "store_unavailable")
+    assert "postgresql" not in body["detail"], "an open endpoint names no database"
+    assert TestClient(create_app(scenario.services)).get("/readyz").json() == {"status": "ready"}
+
+
 # --- the loop beside the API ----------------------------------------------------------------
 
 
@@ -566,7 +676,7 @@ def test_run_loop_starts_and_stops_the_control_loop_with_the_app(tmp_path: Path)
     services = build(_settings(f"sqlite:///{tmp_path / 'live.db'}"), start_workload=True)
     before = _loop_threads()
     try:
-        with TestClient(create_app(services, run_loop=True)) as client:
+        with _client(services, run_loop=True) as client:
             started = _loop_threads() - before
             assert len(started) == 1
             deadline = time.monotonic() + 10
@@ -582,6 +692,6 @@ def test_run_loop_starts_and_stops_the_control_loop_with_the_app(tmp_path: Path)
 
 def test_without_run_loop_no_loop_thread_starts(scenario: Scenario) -> None:
     before = _loop_threads()
-    with TestClient(create_app(scenario.services)) as client:
+    with _client(scenario.services) as client:
         assert client.get("/healthz").status_code == 200
         assert _loop_threads() <= before

@@ -1,7 +1,10 @@
 """The repair API over real HTTP (uvicorn on 127.0.0.1, FakeClock) on SQLite, and on PostgreSQL
 when ``MEDIC_TEST_POSTGRES_URL`` names a disposable database: idempotent requests (racing twins
 included), detectors skipping the approval queue but not the guardrails, people's decisions, the
-repair policy and the circuit breaker."""
+repair policy and the circuit breaker.
+
+Who acts is the API token: ``alice`` (admin: the policy too), ``bob`` and ``carol`` (operators),
+the detector ``nvsentinel``; plain reads go out with a viewer's token."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from medic.config.loading import load_settings
 from medic.control.intake import IntakeStore
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.auth import Role
 from medic.domain.cluster import Node, NodeState
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import ClusterName, NodeName
@@ -43,11 +47,20 @@ from medic.errors import PolicyViolation, SafetyBudgetExceeded
 from medic.testing import FakeClock
 from medic.wiring import build
 
+from .auth_kit import bearer, grant
+
 PROBLEM_JSON = "application/problem+json"
 CLUSTER = ClusterName("c1")
 NODES = 40
 """Budget: max(1, floor(0.05 x 40)) = 2 repairs at once."""
 S = RepairState
+TOKENS = {
+    "alice": Role.ADMIN,
+    "bob": Role.OPERATOR,
+    "carol": Role.OPERATOR,
+    "nvsentinel": Role.DETECTOR,
+    "watcher": Role.VIEWER,
+}
 
 ENGINES = [
     pytest.param("sqlite", id="sqlite"),
@@ -67,21 +80,31 @@ class Api:
     clock: FakeClock
     url: str
     http: httpx.Client
+    """Signed in as the viewer ``watcher``; pass ``headers=api.as_(name)`` to act as another."""
+    tokens: dict[str, str]
 
     @property
     def store(self) -> IntakeStore:
         return cast(IntakeStore, self.services.store)
 
-    def post(self, body: dict[str, Any], actor: str | None = None) -> httpx.Response:
-        headers = {"X-Medic-Actor": actor} if actor else {}
-        return self.http.post("/api/v1/repairs", json=body, headers=headers)
+    def as_(self, who: str | None) -> dict[str, str]:
+        """The headers of the token named ``who`` (``user:``/``detector:`` prefix ignored); None:
+        an ``Authorization`` header that the client's default cannot fill in (anonymous)."""
+        if who is None:
+            return {"Authorization": ""}
+        return bearer(self.tokens[who.split(":", 1)[-1]])
+
+    def post(self, body: dict[str, Any], actor: str | None = "nvsentinel") -> httpx.Response:
+        """POST a repair request with the token of ``actor`` (default: the detector)."""
+        return self.http.post("/api/v1/repairs", json=body, headers=self.as_(actor))
 
     def decide(
         self, repair_id: int, verb: str, header: str | None = "user:alice", **body: Any
     ) -> httpx.Response:
-        """POST a decision; ``header``: the X-Medic-Actor header (None: none)."""
-        headers = {"X-Medic-Actor": header} if header else {}
-        return self.http.post(f"/api/v1/repairs/{repair_id}/{verb}", json=body, headers=headers)
+        """POST a decision with the token named by ``header`` (None: none)."""
+        return self.http.post(
+            f"/api/v1/repairs/{repair_id}/{verb}", json=body, headers=self.as_(header)
+        )
 
     def fire(self, node: str, key: str = "xid:79", severity: Severity = Severity.CRITICAL) -> None:
         alert = Alert(
@@ -167,9 +190,10 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
         app.include_router(repairs_router)  # until create_app includes the repairs router
     _map_guardrail_errors(app)
     server, thread, url = _serve(app)
-    http = httpx.Client(base_url=url, timeout=10.0)
+    tokens = {name: grant(services.store, role, name) for name, role in TOKENS.items()}
+    http = httpx.Client(base_url=url, timeout=10.0, headers=bearer(tokens["watcher"]))
     try:
-        yield Api(services, clock, url, http)
+        yield Api(services, clock, url, http, tokens)
     finally:
         http.close()
         server.should_exit = True
@@ -215,13 +239,13 @@ def _person(node: str = "n05", **overrides: Any) -> dict[str, Any]:
 
 
 # --- idempotency ---------------------------------------------------------------------------------
-def _twins(url: str, body: dict[str, Any]) -> list[httpx.Response]:
+def _twins(api: Api, body: dict[str, Any]) -> list[httpx.Response]:
     """Send ``body`` twice at the same moment from two threads, each with its own connection."""
     barrier = threading.Barrier(2)
     answers: list[httpx.Response] = []
 
     def send() -> None:
-        with httpx.Client(base_url=url, timeout=10.0) as client:
+        with httpx.Client(base_url=api.url, timeout=10.0, headers=api.as_("nvsentinel")) as client:
             barrier.wait()
             answers.append(client.post("/api/v1/repairs", json=body))
 
@@ -237,7 +261,7 @@ def test_racing_requests_with_the_same_request_id_make_one_repair(api: Api) -> N
     for round_ in range(6):
         node, request_id = f"n{round_ + 10:02d}", f"race-{round_}"
 
-        answers = _twins(api.url, _detector(node, request_id))
+        answers = _twins(api, _detector(node, request_id))
 
         assert sorted(r.status_code for r in answers) == [200, 201], [r.text for r in answers]
         assert answers[0].json()["id"] == answers[1].json()["id"]
@@ -308,7 +332,7 @@ def test_a_detector_request_over_the_hourly_cap_is_refused(api: Api) -> None:
     put = api.http.put(
         "/api/v1/policy/repair",
         json={"detector_cap_per_hour": 1, "max_concurrent_fraction": 0.5},
-        headers={"X-Medic-Actor": "user:alice"},
+        headers=api.as_("alice"),
     )
     assert put.status_code == 200, put.text
     assert api.post(_detector("n01", "r-1")).status_code == 201
@@ -402,7 +426,8 @@ def test_the_policy_approves_a_person_request_but_never_a_removal(api: Api) -> N
     api.fire("n05")
     api.fire("n06")
     policy = {"auto_actions": ["reboot"], "actor": "alice"}
-    assert api.http.put("/api/v1/policy/repair", json=policy).status_code == 200
+    put = api.http.put("/api/v1/policy/repair", json=policy, headers=api.as_("alice"))
+    assert put.status_code == 200, put.text
 
     auto = api.post(_person(), actor="alice").json()
     remove = api.post(_person("n06", action="remove"), actor="alice").json()
@@ -452,23 +477,45 @@ def test_a_detector_never_acts_as_a_person(api: Api) -> None:
     api.fire("n05")
     repair = api.post(_person(), actor="user:alice").json()
 
-    as_header = api.decide(repair["id"], "approve", header="detector:nvsentinel")
-    as_body = api.decide(
-        repair["id"], "approve", header=None, actor="nvsentinel", actor_kind="detector"
-    )
-    as_agent = api.decide(repair["id"], "cancel", header="agent:n05")
-    mixed = api.decide(repair["id"], "reject", header="detector:nvsentinel", actor="user:alice")
+    as_detector = api.decide(repair["id"], "approve", header="detector:nvsentinel")
+    cancel_as_detector = api.decide(repair["id"], "cancel", header="nvsentinel")
 
-    for response in (as_header, as_body, as_agent, mixed):
-        assert "detector" in _problem(response, 403, "policy_violation")
+    for response in (as_detector, cancel_as_detector):
+        assert "needs role" in _problem(response, 403, "forbidden")
     impersonation = api.post(
-        _person("n05", requested_by="alice", requester_kind="user"), actor="detector:nvsentinel"
+        _person("n05", requested_by="alice", requester_kind="user"), actor="nvsentinel"
     )
-    _problem(impersonation, 403, "policy_violation")
-    _problem(api.decide(repair["id"], "approve", header="user:auto"), 403, "policy_violation")
-    _problem(api.decide(repair["id"], "approve", header=None), 422, "invalid_input")
+    assert "acts only as its own token" in _problem(impersonation, 403, "forbidden")
     still = api.store.get_repair(repair["id"])
     assert still is not None and still.state is S.PENDING_APPROVAL
+
+
+def test_a_body_can_only_name_the_tokens_own_identity(api: Api) -> None:
+    api.fire("n05")
+    repair = api.post(_person(), actor="user:alice").json()
+
+    claims = [
+        {"actor": "nvsentinel", "actor_kind": "detector"},
+        {"actor_kind": "detector"},
+        {"actor": "detector:nvsentinel"},
+        {"actor": "agent:n05"},
+        {"actor": "alice"},
+        {"actor": "user:carol"},
+        {"actor": "auto"},
+    ]
+    for claim in claims:
+        response = api.decide(repair["id"], "approve", header="bob", **claim)
+        assert "acts only as its own token" in _problem(response, 403, "forbidden"), claim
+    _problem(api.decide(repair["id"], "approve", header=None), 401, "unauthenticated")
+    still = api.store.get_repair(repair["id"])
+    assert still is not None and still.state is S.PENDING_APPROVAL
+
+    denied = api.store.query_audit(kind=AuditKind.ACCESS_DENIED, limit=100)
+    assert [e.payload["principal"] for e in denied] == ["bob"] * len(claims) + ["anonymous"]
+    assert all(e.payload["path"] == f"/api/v1/repairs/{repair['id']}/approve" for e in denied)
+
+    own = api.decide(repair["id"], "approve", header="bob", actor="user:bob", actor_kind="user")
+    assert own.status_code == 200 and own.json()["approved_by"] == "bob"
 
 
 def test_change_the_action_of_a_pending_repair(api: Api) -> None:
@@ -478,6 +525,7 @@ def test_change_the_action_of_a_pending_repair(api: Api) -> None:
     changed = api.http.put(
         f"/api/v1/repairs/{repair['id']}/action",
         json={"action": "reset_gpu", "actor": "bob"},
+        headers=api.as_("bob"),
     )
 
     assert changed.status_code == 200, changed.text
@@ -562,7 +610,7 @@ def test_policy_round_trip(api: Api) -> None:
         "/api/v1/policy/repair",
         params={"cluster": CLUSTER},
         json=document,
-        headers={"X-Medic-Actor": "user:alice"},
+        headers=api.as_("alice"),
     )
     got = api.http.get("/api/v1/policy/repair", params={"cluster": CLUSTER}).json()
 
@@ -599,19 +647,17 @@ def test_policy_round_trip(api: Api) -> None:
     ],
 )
 def test_policy_validation(api: Api, document: dict[str, Any], code: str, field: str) -> None:
-    response = api.http.put(
-        "/api/v1/policy/repair", json=document, headers={"X-Medic-Actor": "alice"}
-    )
+    response = api.http.put("/api/v1/policy/repair", json=document, headers=api.as_("alice"))
 
     assert field in _problem(response, 422, code)
     assert api.audit(AuditKind.REPAIR_POLICY_CHANGED) == []
 
 
-def test_a_detector_cannot_change_the_policy(api: Api) -> None:
-    response = api.http.put(
-        "/api/v1/policy/repair", json={}, headers={"X-Medic-Actor": "detector:nvsentinel"}
-    )
-    _problem(response, 403, "policy_violation")
+def test_only_an_admin_changes_the_policy(api: Api) -> None:
+    for who in ("nvsentinel", "bob", "watcher"):
+        response = api.http.put("/api/v1/policy/repair", json={}, headers=api.as_(who))
+        _problem(response, 403, "forbidden")
+    assert api.audit(AuditKind.REPAIR_POLICY_CHANGED) == []
 
 
 def test_breaker_reset_is_audited(api: Api) -> None:
@@ -625,15 +671,16 @@ def test_breaker_reset_is_audited(api: Api) -> None:
     api.clock.advance(120)
 
     by_detector = api.http.post(
-        "/api/v1/breaker/reset", json={}, headers={"X-Medic-Actor": "detector:nvsentinel"}
+        "/api/v1/breaker/reset", json={}, headers=api.as_("detector:nvsentinel")
     )
     reset = api.http.post(
         "/api/v1/breaker/reset",
         json={"cluster": CLUSTER, "actor": "alice", "reason": "cooling fixed"},
+        headers=api.as_("alice"),
     )
-    twice = api.http.post("/api/v1/breaker/reset", json={"actor": "alice"})
+    twice = api.http.post("/api/v1/breaker/reset", json={}, headers=api.as_("alice"))
 
-    _problem(by_detector, 403, "policy_violation")
+    _problem(by_detector, 403, "forbidden")
     assert reset.status_code == 200, reset.text
     body = reset.json()
     assert (body["tripped"], body["reset_by"]) == (False, "alice")

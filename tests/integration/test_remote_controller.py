@@ -4,7 +4,8 @@ The medic API runs in uvicorn on 127.0.0.1 (a thread of this process) over the h
 store; advice is published straight into that store (the engine is not running, so only the remote
 controller acts). The controller drives the simulated scheduler through a
 :class:`~.conftest.RecordingScheduler` and keeps its ledger and audit trail on the server through
-:class:`~medic.remote.MedicApiClient`. Every ``once`` run is a fresh controller process.
+:class:`~medic.remote.MedicApiClient`, signed in with a controller token (``slurm-a``). Every
+``once`` run is a fresh controller process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import typer
 import uvicorn
 from typer.testing import CliRunner
 
+from api.auth_kit import grant
 from medic.api.advice import router as advice_router
 from medic.api.app import create_app
 from medic.cli import controller as controller_cli
@@ -33,7 +35,8 @@ from medic.control.remote import run_controller
 from medic.control.services import Services
 from medic.domain.actions import ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
-from medic.domain.audit import AuditEvent
+from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.auth import Role
 from medic.domain.cluster import JobState, Mode
 from medic.domain.faults import FaultKind
 from medic.domain.ids import JobId, NodeName
@@ -46,6 +49,8 @@ from .conftest import CLUSTER, Crash, Harness, MakeHarness, RecordingScheduler
 
 REQUEUE = ["requeue_hold", "set_excluded_nodes", "release"]
 FAST = ControllerSettings(watchdog_timeout_seconds=120.0, poll_seconds=0.01)
+CONTROLLER = "slurm-a"
+"""The controller token's name: the API writes its audit events as ``controller:slurm-a``."""
 
 
 # --- a real API server --------------------------------------------------------------------------
@@ -106,10 +111,11 @@ class Remote:
     h: Harness
     api: LiveApi
     journal: Path
+    token: str
     clients: list[MedicApiClient] = field(default_factory=list)
 
     def client(self) -> MedicApiClient:
-        client = MedicApiClient(self.api.url, timeout=5.0)
+        client = MedicApiClient(self.api.url, timeout=5.0, token=self.token)
         self.clients.append(client)
         return client
 
@@ -149,7 +155,8 @@ class MakeRemote:
     def __call__(self) -> Remote:
         h = self._make(mode=Mode.ACT)
         state = self._tmp / f"state-{len(self.made)}"
-        remote = Remote(h, LiveApi(services_of(h)), state / "journal-t.json")
+        token = grant(h.store, Role.CONTROLLER, CONTROLLER)
+        remote = Remote(h, LiveApi(services_of(h)), state / "journal-t.json", token)
         self.made.append(remote)
         return remote
 
@@ -209,7 +216,7 @@ def shape(events: list[AuditEvent]) -> list[tuple[object, ...]]:
             e.subject_id,
             e.cluster,
             e.mode,
-            sorted(e.payload),
+            sorted(k for k in e.payload if k != "component"),
             e.payload.get("key"),
             e.payload.get("status"),
         )
@@ -254,7 +261,8 @@ def test_remote_controller_converges_a_requeue_like_the_embedded_one(
 
     remote_events, local_events = h.audit(job), embedded.audit(job2)
     assert shape(remote_events) == shape(local_events)
-    assert {e.actor for e in remote_events} == {"controller:medic-controller"}
+    assert {e.actor for e in remote_events} == {f"controller:{CONTROLLER}"}
+    assert {e.payload["component"] for e in remote_events} == {"medic-controller"}
     assert {e.actor for e in local_events} == {"medic-controller"}
     assert [e.time for e in remote_events] == sorted(e.time for e in remote_events)
 
@@ -396,7 +404,13 @@ def test_medic_controller_command_converges_with_the_configured_scheduler(
     controller_cli.register(app)
     args = ["controller", "--api", remote.api.url, "--cluster", CLUSTER, "--once"]
     args += ["--state-dir", str(tmp_path / "cli"), "--mode", "act"]
+    monkeypatch.delenv("MEDIC_TOKEN", raising=False)
 
+    without = CliRunner().invoke(app, args)
+    assert without.exit_code == 2 and "--token" in without.output, without.output
+    assert h.scheduler.names() == []
+
+    monkeypatch.setenv("MEDIC_TOKEN", remote.token)
     result = CliRunner().invoke(app, args)
 
     assert result.exit_code == 0, result.output
@@ -406,3 +420,22 @@ def test_medic_controller_command_converges_with_the_configured_scheduler(
     stored = h.store.get_advice(advice.id)
     assert stored is not None and stored.status is Reconciliation.CONVERGED
     assert (tmp_path / "cli" / f"journal-{CLUSTER}.json").exists()
+
+
+def test_a_revoked_controller_token_is_refused_and_nothing_is_done(
+    make_remote: MakeRemote,
+) -> None:
+    remote = make_remote()
+    h = remote.h
+    job, _, advice = broken_job(h)
+    h.store.revoke_token(CONTROLLER, h.clock.now())
+    scheduler = remote.proxy()
+
+    remote.run(scheduler, passes=2)  # every call is refused (401): nothing is done, no crash
+
+    assert scheduler.calls == [] and h.actions(job) == []
+    stored = h.store.get_advice(advice.id)
+    assert stored is not None and stored.status is Reconciliation.PENDING
+    denied = h.store.query_audit(kind=AuditKind.ACCESS_DENIED, limit=100)
+    assert denied and {e.payload["why"] for e in denied} == {"token revoked"}
+    assert {e.payload["principal"] for e in denied} == {CONTROLLER}

@@ -16,22 +16,26 @@ from pathlib import Path
 
 import pytest
 
+from api.auth_kit import grant
 from medic.control.journal import Journal
 from medic.control.watchdog import Watchdog
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.auth import Role
 from medic.domain.cluster import JobState, Mode
 from medic.domain.faults import FaultKind
 from medic.domain.ids import AdviceId, JobId, NodeName
 from medic.errors import ConfigError, TransientError
 
 from .conftest import CLUSTER, Crash, Harness, MakeHarness, RecordingScheduler
-from .test_remote_controller import MakeRemote, Remote, advance, publish
+from .test_remote_controller import CONTROLLER, MakeRemote, Remote, advance, publish
 
 ORIGINAL = frozenset({NodeName("node001")})
 """Excluded at submission, before medic touched the job."""
 TIMEOUT = 120.0
-WATCHDOG_ACTOR = "controller:medic-watchdog"
+WATCHDOG = "medic-watchdog"
+"""The watchdog's component name: its events are written as its controller's token, with this
+in the payload."""
 
 
 def held_job(remote: Remote, *, crash_after: int = 2) -> tuple[JobId, NodeName, Advice]:
@@ -61,7 +65,11 @@ def held_job(remote: Remote, *, crash_after: int = 2) -> tuple[JobId, NodeName, 
 
 
 def watchdog_events(h: Harness, job: JobId) -> list[AuditEvent]:
-    return [e for e in h.audit(job) if e.actor == WATCHDOG_ACTOR]
+    return [
+        e
+        for e in h.audit(job)
+        if e.actor == f"controller:{CONTROLLER}" and e.payload.get("component") == WATCHDOG
+    ]
 
 
 @pytest.fixture
@@ -327,3 +335,30 @@ def test_journal_writes_are_atomic_and_survive_a_reopen(remote: Remote) -> None:
     assert hold.original_excluded == ORIGINAL
     assert hold.cluster == CLUSTER
     assert remote.journal.read_text(encoding="utf-8") == before
+
+
+def test_the_watchdog_releases_a_held_job_while_its_token_is_refused(remote: Remote) -> None:
+    h = remote.h
+    job, _, advice = held_job(remote, crash_after=1)
+    h.store.revoke_token(CONTROLLER, h.clock.now())  # every API call now answers 401
+    scheduler = remote.proxy()
+
+    advance(h, TIMEOUT + 1)
+    remote.run(scheduler)
+
+    assert scheduler.names() == ["release"], "fail-open does not depend on the API"
+    assert not h.job(job).held and h.job(job).excluded_nodes == ORIGINAL
+    assert len(remote.journal_data()["outbox"]) == 4, "kept, not dropped as undeliverable"
+    assert watchdog_events(h, job) == []
+
+    remote.token = grant(h.store, Role.CONTROLLER, CONTROLLER)  # a new token, same identity
+    remote.run(scheduler)
+
+    assert remote.journal_data()["outbox"] == []
+    assert [e.kind for e in watchdog_events(h, job)] == [
+        AuditKind.ACTION_STARTED,
+        AuditKind.ACTION_SUCCEEDED,
+        AuditKind.RECONCILIATION,
+    ]
+    stored = h.store.get_advice(advice.id)
+    assert stored is not None and stored.status is Reconciliation.ABANDONED

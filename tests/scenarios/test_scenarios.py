@@ -32,8 +32,6 @@ def _expected(path: Path) -> dict[str, Any]:
     return data
 
 
-
-
 def test_there_are_enough_scenarios_covering_every_domain() -> None:
     assert len(SCENARIOS) >= 30
     assert {_expected(p)["domain"] for p in SCENARIOS} == DOMAINS

@@ -4,6 +4,9 @@ httpx and nvidia-ml-py, no control-plane packages).
 
 ``--once`` runs every check once and prints the findings (exit status 1 when one fails, 0
 otherwise, as a health-check program); without it the agent runs until SIGINT or SIGTERM.
+
+Posting to the API (``--api``) needs a ``detector`` token: ``--token-file PATH`` (preferred: a
+command line is visible to every user of the node), ``MEDIC_TOKEN`` or ``--token``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import signal
 import socket
@@ -74,6 +78,18 @@ class AgentConfig:
     temperature_limit: float | None = None
     pcie_replays_per_minute: float = 8.0
     ib_root: str = "/sys/class/infiniband"
+    token: str | None = None
+    """The API token (``--token`` or ``MEDIC_TOKEN``)."""
+    token_file: Path | None = None
+    """A file holding the API token (``--token-file``); wins over ``token``."""
+
+    @property
+    def api_token(self) -> str | None:
+        """The token to send: the file's first line, else ``token``."""
+        if self.token_file is not None:
+            lines = self.token_file.read_text(encoding="utf-8").strip().splitlines()
+            return lines[0].strip() if lines else None
+        return self.token.strip() if self.token else None
 
     @property
     def node_name(self) -> str:
@@ -101,6 +117,15 @@ class AgentConfig:
                 make_follower(self.kernel).close()
             except ValueError as exc:
                 raise OptionError("--kernel", str(exc)) from None
+        if self.api:
+            try:
+                token = self.api_token
+            except OSError as exc:
+                raise OptionError("--token-file", f"cannot read it: {exc}") from None
+            if not token:
+                raise OptionError(
+                    "--token", "an API token is required with --api (--token-file, MEDIC_TOKEN)"
+                )
 
     def meta(self) -> dict[str, Any]:
         return {"node": self.node_name, "cluster": self.cluster, "detector": self.detector_name}
@@ -139,6 +164,7 @@ def build_agent(
             cluster=config.cluster,
             node=config.node_name,
             detector=config.detector_name,
+            token=config.api_token,
             spool=config.spool or _default_spool(config.cluster),
             timeout=config.timeout,
             refire_seconds=config.refire,
@@ -213,6 +239,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster")
     p.add_argument("--node")
     p.add_argument("--detector")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("MEDIC_TOKEN"),
+        help="API token (default: $MEDIC_TOKEN); prefer --token-file",
+    )
+    p.add_argument("--token-file", type=Path, help="file holding the API token")
     p.add_argument("--kernel", default="kmsg", help="kmsg, journal, file:PATH or none")
     p.add_argument("--interval", type=float, default=30.0)
     p.add_argument("--fs", action="append", help="filesystem path to watch (repeat)")
@@ -254,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         temperature_limit=args.temperature_limit,
         pcie_replays_per_minute=args.pcie_replays_per_minute,
         ib_root=args.ib_root,
+        token=args.token,
+        token_file=args.token_file,
     )
     try:
         config.check()

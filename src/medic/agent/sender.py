@@ -15,6 +15,12 @@ next delivery. A 4xx other than "resolved an alert the store does not have" is l
 dropped: sending it again cannot succeed. Which keys are firing survives a restart in a state
 file next to the spool, so a condition that cleared while the agent was down is still resolved.
 
+Every post carries ``Authorization: Bearer <token>`` (a ``detector`` token named after the
+detector identity, or a prefix of it: a token named ``agent`` may post as ``agent:<host>``). A 401
+(token missing, unknown or revoked) keeps the alert in the spool, unretried, until a valid token
+is configured; a 403 (this token may not post as this detector) is logged and dropped like any
+other refusal.
+
 HTTP outcomes map to medic errors as in :class:`medic.remote.MedicApiClient`.
 """
 
@@ -81,14 +87,19 @@ class Delivery:
     dropped: int = 0
 
 
+class _Unauthenticated(TransientError):
+    """The API refused the agent's token: spool, and do not retry before the next delivery."""
+
+
 class _UtcClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
 
 class AlertSender:
-    """Turns findings into alert posts for one node. ``spool``: the JSON-lines file that holds
-    unsent alerts (None: kept in memory only); ``transport`` replaces the network (tests)."""
+    """Turns findings into alert posts for one node. ``token``: the API token (bearer);
+    ``spool``: the JSON-lines file that holds unsent alerts (None: kept in memory only);
+    ``transport`` replaces the network (tests)."""
 
     def __init__(
         self,
@@ -97,6 +108,7 @@ class AlertSender:
         cluster: str,
         node: str,
         detector: str | None = None,
+        token: str | None = None,
         spool: Path | None = None,
         timeout: float = 10.0,
         retries: int = 3,
@@ -115,11 +127,11 @@ class AlertSender:
         self.refire_seconds, self.max_spool = refire_seconds, max_spool
         self._clock = clock or _UtcClock()
         self._sleep = sleep
+        headers = {"accept": "application/json", "user-agent": f"medic-agent {self.detector}"}
+        if token:
+            headers["authorization"] = f"Bearer {token.strip()}"
         self._http = httpx.Client(
-            base_url=self.api,
-            timeout=timeout,
-            transport=transport,
-            headers={"accept": "application/json", "user-agent": f"medic-agent {self.detector}"},
+            base_url=self.api, timeout=timeout, transport=transport, headers=headers
         )
         self._memory: list[dict[str, Any]] = []
         self._firing: dict[str, datetime] = self._load_state()
@@ -199,7 +211,14 @@ class AlertSender:
                     dropped += len(left) - self.max_spool
                     logger.warning("alert spool full: dropped the %d oldest", dropped)
                     left = left[-self.max_spool :]
-                logger.warning("medic API unreachable (%s); %d alert(s) spooled", exc, len(left))
+                if isinstance(exc, _Unauthenticated):
+                    logger.error(
+                        "medic API refused the token (%s); %d alert(s) spooled", exc, len(left)
+                    )
+                else:
+                    logger.warning(
+                        "medic API unreachable (%s); %d alert(s) spooled", exc, len(left)
+                    )
                 self._write_spool(left)
                 return Delivery(sent, len(left), dropped)
             except NotFoundError as exc:
@@ -218,6 +237,8 @@ class AlertSender:
             try:
                 self._send(body)
                 return
+            except _Unauthenticated:
+                raise  # the same token again cannot succeed now
             except TransientError:
                 if attempt == self.retries:
                     raise
@@ -236,6 +257,8 @@ class AlertSender:
         detail = f"{where}: {status} {_detail(response)}"
         if status >= 500 or status == 429:
             raise TransientError(detail)
+        if status == 401:
+            raise _Unauthenticated(f"{detail} (check the agent's API token: --token)")
         if status == 404:
             raise NotFoundError(detail)
         if status == 409:

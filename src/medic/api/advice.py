@@ -7,8 +7,12 @@ advice went. Every write is idempotent or guarded: a step's key is begun once, a
 report names the generation it observed, and a report on a superseded generation is refused (409)
 so a slow controller can never overwrite the outcome of a newer decision.
 
-Times are stamped here, by the API's clock, never taken from the caller; audit actors are
-prefixed with ``controller:`` so a remote caller can never write as the engine.
+Times are stamped here, by the API's clock, never taken from the caller. Writes need a
+controller's (or admin's) token, reads also a viewer's or operator's. An audit event is written as
+``controller:<token name>``, so a remote caller can never write as the engine or as another
+controller; the body's ``actor`` names the part of the controller that writes (``medic-controller``,
+the watchdog's ``medic-watchdog``) and is kept in the payload as ``component`` when it is not the
+token's name.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import dataclasses
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
+from medic.api.auth import READERS, require
 from medic.api.schemas import (
     ActionBeginIn,
     ActionFinishIn,
@@ -32,6 +37,7 @@ from medic.control.services import Services
 from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice
 from medic.domain.audit import AuditEvent
+from medic.domain.auth import Principal, Role
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, InputError, NotFoundError
 
@@ -43,8 +49,11 @@ router = APIRouter(prefix="/api/v1", tags=["controller"])
 
 CONTROLLER_PREFIX = "controller:"
 
-AdvicePath = Annotated[int, Path(ge=1, le=2**31 - 1, description="Advice id")]
+MAX_ID = 2**31 - 1
+AdvicePath = Annotated[int, Path(ge=1, le=MAX_ID, description="Advice id")]
 KeyPath = Annotated[str, Path(min_length=1, max_length=256, description="Idempotency key")]
+_Controller = Depends(require(Role.CONTROLLER))
+_Readers = Depends(require(*READERS, Role.CONTROLLER))
 
 
 def _services(request: Request) -> Services:
@@ -53,19 +62,22 @@ def _services(request: Request) -> Services:
 
 
 def _advice(services: Services, advice_id: int) -> Advice:
-    advice = services.store.get_advice(AdviceId(advice_id))
+    # Advice ids are 32-bit in the database: a larger one names nothing (and must not reach it).
+    advice = None if advice_id > MAX_ID else services.store.get_advice(AdviceId(advice_id))
     if advice is None:
         raise NotFoundError(f"advice {advice_id} does not exist; list it at /api/v1/advice")
     return advice
 
 
-@router.get("/advice/{advice_id}", response_model=AdviceOut)
+@router.get("/advice/{advice_id}", response_model=AdviceOut, dependencies=[_Readers])
 def get_advice(request: Request, advice_id: AdvicePath) -> AdviceOut:
     """One advice, as a controller re-reads it before acting or reporting."""
     return AdviceOut.of(_advice(_services(request), advice_id))
 
 
-@router.put("/advice/{advice_id}/reconciliation", response_model=AdviceOut)
+@router.put(
+    "/advice/{advice_id}/reconciliation", response_model=AdviceOut, dependencies=[_Controller]
+)
 def report_reconciliation(
     request: Request, advice_id: AdvicePath, body: ReconciliationIn
 ) -> AdviceOut:
@@ -98,7 +110,7 @@ def report_reconciliation(
     return AdviceOut.of(stored)
 
 
-@router.get("/actions/{key:path}", response_model=ActionRecordOut)
+@router.get("/actions/{key:path}", response_model=ActionRecordOut, dependencies=[_Readers])
 def get_action(request: Request, key: KeyPath) -> ActionRecordOut:
     """One step of the ledger by its idempotency key."""
     record = _services(request).store.get_action(key)
@@ -107,7 +119,9 @@ def get_action(request: Request, key: KeyPath) -> ActionRecordOut:
     return ActionRecordOut.of(record)
 
 
-@router.post("/actions", response_model=ActionRecordOut, status_code=201)
+@router.post(
+    "/actions", response_model=ActionRecordOut, status_code=201, dependencies=[_Controller]
+)
 def begin_action(request: Request, response: Response, body: ActionBeginIn) -> ActionRecordOut:
     """Begin a step under its idempotency key: 201 with the new record, or 200 with the record
     that already holds the key (another run began it; the caller decides from the scheduler)."""
@@ -138,7 +152,7 @@ def begin_action(request: Request, response: Response, body: ActionBeginIn) -> A
     return ActionRecordOut.of(stored)
 
 
-@router.put("/actions/{key:path}", response_model=ActionRecordOut)
+@router.put("/actions/{key:path}", response_model=ActionRecordOut, dependencies=[_Controller])
 def finish_action(request: Request, key: KeyPath, body: ActionFinishIn) -> ActionRecordOut:
     """Record a step's outcome (404 when the key was never begun)."""
     services = _services(request)
@@ -150,22 +164,28 @@ def finish_action(request: Request, key: KeyPath, body: ActionFinishIn) -> Actio
 
 
 @router.post("/audit", response_model=AuditOut, status_code=201)
-def append_audit(request: Request, body: AuditIn) -> AuditOut:
-    """Append one controller event to the audit trail (append-only, like every other)."""
+def append_audit(
+    request: Request,
+    body: AuditIn,
+    principal: Annotated[Principal, Depends(require(Role.CONTROLLER))],
+) -> AuditOut:
+    """Append one controller event to the audit trail (append-only, like every other), as
+    ``controller:<token name>``."""
     services = _services(request)
-    actor = (
-        body.actor if body.actor.startswith(CONTROLLER_PREFIX) else CONTROLLER_PREFIX + body.actor
-    )
+    component = body.actor.removeprefix(CONTROLLER_PREFIX)
+    payload = dict(body.payload)
+    if component != principal.name:
+        payload["component"] = component
     event = AuditEvent(
         time=services.clock.now(),
-        actor=actor,
+        actor=CONTROLLER_PREFIX + principal.name,
         kind=body.kind,
         subject_type=body.subject_type,
         subject_id=body.subject_id,
         cluster=body.cluster,
         action=body.action,
         mode=body.mode,
-        payload=dict(body.payload),
+        payload=payload,
     )
     event_id = services.store.append_audit(event)
     return AuditOut.of(dataclasses.replace(event, id=event_id))

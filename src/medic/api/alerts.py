@@ -10,18 +10,24 @@ The source is ``agent`` for a ``detector`` named ``agent:...``, ``detector`` oth
 the API's clock, never the caller's. ``mapped_action`` is left empty here: mapping a signal to
 the lightest repair is the repair engine's job.
 
-Not authenticated yet: any client that reaches the API can post alerts under any detector name
-(a later issue adds authentication; until then keep the API on a trusted network).
+**Who posts**: a detector's token (or an admin's), and only as itself: ``detector`` must be the
+token's name or a name under it (``<token name>:<part>``), so one token named ``agent`` serves
+every node's ``agent:<node>``, and a token named ``agent:gpu-node-017`` that node only. Anything
+else is a 403 ``forbidden`` (audited). Resolving an alert is allowed to whoever raised it (the
+stored ``detector`` under the same name). Reading alerts needs a viewer's or operator's token.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Annotated, cast
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
+from medic.api.auth import READERS, require
+from medic.api.problems import Forbidden
 from medic.api.schemas import AGENT_PREFIX, AlertIn, AlertOut
 from medic.control.services import Services
+from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState
 from medic.errors import NotFoundError, TransientError
@@ -49,9 +55,31 @@ def _existing(store: RepairStore, body: AlertIn) -> Alert | None:
     return next((a for a in alerts if a.key == body.key), None)
 
 
+def _speaks_for(principal: Principal, detector: str) -> bool:
+    """True when ``detector`` is the principal's own name or a name under it."""
+    return detector == principal.name or detector.startswith(principal.name + ":")
+
+
+def _check_detector(principal: Principal, detector: str, verb: str) -> None:
+    if not _speaks_for(principal, detector):
+        raise Forbidden(
+            f"{principal.label} may {verb} alerts only as itself ({principal.name} or "
+            f"{principal.name}:<part>), not as {detector!r}",
+            why=f"detector identity mismatch: {detector!r}",
+            principal=principal.name,
+            role=principal.role.value,
+        )
+
+
 @router.post("/alerts", response_model=AlertOut, status_code=201)
-def post_alert(request: Request, response: Response, body: AlertIn) -> AlertOut:
-    """Record (``firing``) or clear (``resolved``) one alert."""
+def post_alert(
+    request: Request,
+    response: Response,
+    body: AlertIn,
+    principal: Annotated[Principal, Depends(require(Role.DETECTOR))],
+) -> AlertOut:
+    """Record (``firing``) or clear (``resolved``) one alert, as the token's own detector."""
+    _check_detector(principal, body.detector, "post")
     services = _services(request)
     store = _repairs(services)
     now = services.clock.now()
@@ -62,6 +90,8 @@ def post_alert(request: Request, response: Response, body: AlertIn) -> AlertOut:
                 f"no alert {body.key!r} on {body.cluster}/{body.node} to resolve; "
                 "list them at /api/v1/alerts"
             )
+        if principal.role is not Role.ADMIN:
+            _check_detector(principal, existing.detector, "resolve")
         response.status_code = 200
         if existing.state is AlertState.RESOLVED:
             return AlertOut.of(existing)
@@ -84,7 +114,7 @@ def post_alert(request: Request, response: Response, body: AlertIn) -> AlertOut:
     return AlertOut.of(store.upsert_alert(alert, now))
 
 
-@router.get("/alerts", response_model=list[AlertOut])
+@router.get("/alerts", response_model=list[AlertOut], dependencies=[Depends(require(*READERS))])
 def list_alerts(
     request: Request,
     cluster: str | None = None,

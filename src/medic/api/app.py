@@ -1,11 +1,16 @@
 """The HTTP API application: explicit routes, problem+json errors, and a lifespan that runs the
 control loop beside the API when asked to.
 
-``create_app(services)`` is all a caller needs; it holds no global state.
+``create_app(services)`` is all a caller needs; it holds no global state. Every ``/api/v1`` route
+needs a token or a console session (``medic.api.auth``); ``/healthz`` (the process answers),
+``/readyz`` (the store answers too: 503 problem+json when it does not), ``/metrics`` and the
+OpenAPI document stay open. When no API token exists yet, starting the app logs how to create the
+first admin token.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,13 +19,26 @@ from fastapi import FastAPI, Request, Response
 import medic
 from medic.api.advice import router as advice_router
 from medic.api.alerts import router as alerts_router
+from medic.api.auth import router as tokens_router
+from medic.api.auth import startup_notice
+from medic.api.policy import router as policy_router
 from medic.api.problems import install_problem_handlers
 from medic.api.repairs import router as repairs_router
 from medic.api.routes import router
+from medic.api.sanitize import NulReplacing
+from medic.api.schemas import ReadyOut
+from medic.api.session import router as session_router
+from medic.console import mount_console
 from medic.control.services import Services
 from medic.control.tasks import LoopThread
+from medic.errors import MedicError, StoreError
 
 __all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+READY_PROBE = "medic.readyz"
+"""A cursor name nothing writes: reading it is one primary-key lookup, the cheapest query."""
 
 
 def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
@@ -28,6 +46,13 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            notice = startup_notice(services.store)
+        except MedicError as exc:
+            notice = None
+            logger.warning("cannot tell whether API tokens exist: %s", exc)
+        if notice:
+            logger.warning("%s", notice)
         thread = LoopThread(services.loop) if run_loop else None
         if thread:
             thread.start()
@@ -46,16 +71,32 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.services = services
+    app.add_middleware(NulReplacing)
     install_problem_handlers(app)
     app.include_router(router)
     app.include_router(advice_router)
     app.include_router(alerts_router)
     app.include_router(repairs_router)
+    app.include_router(policy_router)
+    app.include_router(session_router)
+    app.include_router(tokens_router)
+    mount_console(app)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok", "version": medic.__version__}
+
+    @app.get("/readyz", response_model=ReadyOut)
+    def readyz(request: Request) -> ReadyOut:
+        """Readiness: the process answers and its store answers a query (503 otherwise)."""
+        try:
+            request.app.state.services.store.get_cursor(READY_PROBE)
+        except Exception as exc:
+            # Open to anyone: say what is wrong in the log, not (database URL and all) here.
+            logger.warning("readiness: the store does not answer: %s", exc)
+            raise StoreError("the store does not answer; see medic's log") from None
+        return ReadyOut(status="ready")
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

@@ -2,6 +2,12 @@
 
 Every error response has a stable ``code`` and a ``detail`` saying what to fix; no traceback or
 internal message leaks for unexpected errors.
+
+Refused access has its own errors (raised by ``medic.api.auth``): :class:`Unauthenticated` (401
+``unauthenticated``, with ``WWW-Authenticate: Bearer``), :class:`Forbidden` (403 ``forbidden``)
+and :class:`CsrfFailed` (403 ``csrf_failed``). Each one is audited (``access-denied``: method,
+path, principal or ``anonymous``, why) before it is answered; a failing audit write is logged and
+never turns the refusal into a 500.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from medic.api.schemas import Problem
+from medic.control.services import Services
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.errors import (
     ConfigError,
     ConflictError,
@@ -26,9 +35,54 @@ from medic.errors import (
     TransientError,
 )
 
-__all__ = ["install_problem_handlers", "problem"]
+__all__ = [
+    "AccessDenied",
+    "CsrfFailed",
+    "Forbidden",
+    "Unauthenticated",
+    "install_problem_handlers",
+    "problem",
+]
 
 logger = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+_AUDIT_ACTOR = "medic-engine"
+_MAX_SUBJECT = 255
+
+
+class AccessDenied(MedicError):
+    """The request may not do this. ``why`` is a short reason for the audit trail, ``principal``
+    the name of who asked (None: nobody authenticated)."""
+
+    status = 403
+    code = "forbidden"
+
+    def __init__(
+        self, detail: str, *, why: str, principal: str | None = None, role: str | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.why = why
+        self.principal = principal
+        self.role = role
+
+
+class Unauthenticated(AccessDenied):
+    """No usable credentials: none, malformed, unknown, revoked or expired (401)."""
+
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(AccessDenied):
+    """Authenticated, but the role (or identity) does not allow this request (403)."""
+
+
+class CsrfFailed(AccessDenied):
+    """A write through a console session without the session's ``X-CSRF-Token`` (403)."""
+
+    code = "csrf_failed"
+
 
 _STATUS: list[tuple[type[MedicError], int, str]] = [
     (NotFoundError, 404, "not_found"),
@@ -49,7 +103,44 @@ def problem(status: int, code: str, detail: str, title: str | None = None) -> JS
     )
 
 
+def _audit_denied(request: Request, exc: AccessDenied) -> None:
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:
+        return
+    client = request.client.host if request.client else None
+    event = AuditEvent(
+        time=services.clock.now(),
+        actor=_AUDIT_ACTOR,
+        kind=AuditKind.ACCESS_DENIED,
+        subject_type=SubjectType.API,
+        subject_id=request.url.path[:_MAX_SUBJECT],
+        payload={
+            "method": request.method,
+            "path": request.url.path,
+            "principal": exc.principal or ANONYMOUS,
+            "role": exc.role,
+            "status": exc.status,
+            "code": exc.code,
+            "why": exc.why,
+            "client": client,
+        },
+    )
+    try:
+        services.store.append_audit(event)
+    except Exception:  # the refusal stands even when it cannot be recorded
+        logger.exception("could not audit a refused %s %s", request.method, request.url.path)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
+    async def on_access_denied(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AccessDenied)
+        # The audit write is blocking I/O: keep it off the event loop.
+        await run_in_threadpool(_audit_denied, request, exc)
+        response = problem(exc.status, exc.code, str(exc))
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="medic"'
+        return response
+
     async def on_medic_error(_: Request, exc: Exception) -> JSONResponse:
         for cls, status, code in _STATUS:
             if isinstance(exc, cls):
@@ -74,6 +165,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         logger.exception("unhandled error in API request", exc_info=exc)
         return problem(500, "internal_error", "medic failed to handle the request; see its log")
 
+    app.add_exception_handler(AccessDenied, on_access_denied)
     app.add_exception_handler(MedicError, on_medic_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)

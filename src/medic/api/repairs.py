@@ -23,19 +23,23 @@ node a ``ConflictError`` (409), a detector acting as a person ``PolicyViolation`
 ``policy_violation``), a request without a firing alert as evidence and a malformed body 422.
 Times are the API's clock, never the caller's.
 
-**Who acts**: not authenticated yet (a later issue adds tokens and roles). Until then the acting
-person or detector is the body's ``requested_by``/``requester_kind`` (a request) or
-``actor``/``actor_kind`` (a decision), else the ``X-Medic-Actor`` header (``user:alice``,
-``detector:nvsentinel``, a bare name is a person). When both are given they must agree. Anyone
-who reaches the API can claim any name: keep it on a trusted network.
+**Who acts** is the request's principal (``medic.api.auth``): a detector's token acts as
+``detector:<token name>``, a person's (operator, admin) as ``user:<token name>``. Requests need a
+detector's, operator's or admin's token (a person's request waits for approval like before);
+decisions and the breaker reset an operator's, the repair policy an admin's, reads a viewer's.
+The body's ``requested_by``/``requester_kind`` (a request) and ``actor``/``actor_kind`` (a
+decision) are optional; when given they must name the principal (a bare name takes the
+principal's kind), else 403 ``forbidden``, audited as ``access-denied``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, cast
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from medic.api.auth import READERS, require
+from medic.api.problems import Forbidden
 from medic.api.schemas import (
     ActionChangeIn,
     ApproveIn,
@@ -62,16 +66,26 @@ from medic.control.intake import (
     submit_repair,
 )
 from medic.control.services import Services
+from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import RepairRequest, RepairState, RequesterKind
 from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
 
-__all__ = ["ACTOR_HEADER", "router"]
+__all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1", tags=["repairs"])
 
-ACTOR_HEADER = "X-Medic-Actor"
-RepairPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Repair id")]
+RepairPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="Repair id")]
+"""Repair ids are 32-bit in the database: a larger one can name no repair (422, not a 503)."""
+_Readers = Depends(require(*READERS))
+Requester = Annotated[Principal, Depends(require(Role.DETECTOR, Role.OPERATOR))]
+Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
+Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
+ClusterQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:@+-]*$"),
+]
+"""A cluster to write to (default: the one this medic watches); it must fit the database."""
 
 
 def _services(request: Request) -> Services:
@@ -86,31 +100,27 @@ def _store(services: Services) -> IntakeStore:
     return cast(IntakeStore, store)
 
 
-def _actor(request: Request, name: str | None, kind: str | None) -> Actor:
-    """The acting identity from the body (``name``, ``kind``) and the ``X-Medic-Actor`` header."""
-    header = request.headers.get(ACTOR_HEADER)
-    from_header = Actor.parse(header) if header else None
-    explicit = RequesterKind(kind) if kind else None
-    if name is None:
-        if from_header is None:
-            raise InputError(
-                "actor",
-                f"say who acts: pass it in the body or an {ACTOR_HEADER} header "
-                "(user:NAME or detector:NAME)",
-            )
-        if explicit is not None and explicit is not from_header.kind:
-            raise PolicyViolation(
-                f"{ACTOR_HEADER} names {from_header}, not a {explicit.value}: one identity per "
-                "request"
-            )
-        return from_header
-    if explicit is None and from_header is not None and ":" not in name:
-        explicit = from_header.kind  # a bare name takes the header's kind
-    actor = Actor.parse(name, explicit)
-    if from_header is not None and from_header != actor:
-        raise PolicyViolation(
-            f"{ACTOR_HEADER} names {from_header} but the body names {actor}: one identity per "
-            "request (a detector never acts as a person)"
+def _actor(principal: Principal, name: str | None, kind: str | None) -> Actor:
+    """The principal as an :class:`Actor`, after checking the body's optional claim of who acts
+    (``name``, ``kind``) against it: any other identity is a 403."""
+    own = RequesterKind.DETECTOR if principal.role is Role.DETECTOR else RequesterKind.USER
+    actor = Actor.parse(principal.name, own)
+    claimed: Actor | None = actor
+    if kind is not None and RequesterKind(kind) is not own:
+        claimed = None
+    elif name is not None:
+        try:
+            claimed = Actor.parse(name, own)
+        except (InputError, PolicyViolation):
+            claimed = None  # malformed, reserved or of the other kind: not the principal
+    if claimed != actor:
+        said = ":".join(part for part in (kind, name) if part)
+        raise Forbidden(
+            f"you act as {actor} (your token); the body names {said!r}: a request acts only "
+            "as its own token's identity",
+            why=f"identity mismatch: body names {said!r}",
+            principal=principal.name,
+            role=principal.role.value,
         )
     return actor
 
@@ -125,11 +135,13 @@ def _location(response: Response, repair_id: int) -> None:
 
 # --- repairs -------------------------------------------------------------------------------------
 @router.post("/repairs", response_model=RepairOut, status_code=201)
-def post_repair(request: Request, response: Response, body: RepairIn) -> RepairOut:
+def post_repair(
+    request: Request, response: Response, body: RepairIn, principal: Requester
+) -> RepairOut:
     """Ask for one repair of one node (see :func:`medic.control.intake.submit_repair`)."""
+    actor = _actor(principal, body.requested_by, body.requester_kind)
     services = _services(request)
     store = _store(services)
-    actor = _actor(request, body.requested_by, body.requester_kind)
     cluster = ClusterName(body.cluster)
     nodes = services.store.list_nodes(cluster)
     if not nodes:
@@ -168,7 +180,7 @@ def post_repair(request: Request, response: Response, body: RepairIn) -> RepairO
     return RepairOut.of(repair)
 
 
-@router.get("/repairs", response_model=list[RepairOut])
+@router.get("/repairs", response_model=list[RepairOut], dependencies=[_Readers])
 def list_repairs(
     request: Request,
     cluster: str | None = None,
@@ -185,7 +197,7 @@ def list_repairs(
     return [RepairOut.of(r) for r in repairs]
 
 
-@router.get("/repairs/{repair_id}", response_model=RepairDetailOut)
+@router.get("/repairs/{repair_id}", response_model=RepairDetailOut, dependencies=[_Readers])
 def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
     """One repair with its validation results."""
     store = _store(_services(request))
@@ -196,11 +208,13 @@ def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
 
 
 @router.post("/repairs/{repair_id}/approve", response_model=RepairOut)
-def approve(request: Request, repair_id: RepairPath, body: ApproveIn | None = None) -> RepairOut:
+def approve(
+    request: Request, repair_id: RepairPath, principal: Operator, body: ApproveIn | None = None
+) -> RepairOut:
     """A person approves a pending repair, optionally with another action."""
     services = _services(request)
     body = body or ApproveIn()
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     repair = approve_repair(
         _store(services), repair_id, actor, services.clock.now(), body.action, reason=body.reason
     )
@@ -208,11 +222,13 @@ def approve(request: Request, repair_id: RepairPath, body: ApproveIn | None = No
 
 
 @router.post("/repairs/{repair_id}/reject", response_model=RepairOut)
-def reject(request: Request, repair_id: RepairPath, body: DecisionIn | None = None) -> RepairOut:
+def reject(
+    request: Request, repair_id: RepairPath, principal: Operator, body: DecisionIn | None = None
+) -> RepairOut:
     """A person rejects a pending repair."""
     services = _services(request)
     body = body or DecisionIn()
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     repair = reject_repair(
         _store(services), repair_id, actor, services.clock.now(), reason=body.reason
     )
@@ -220,11 +236,13 @@ def reject(request: Request, repair_id: RepairPath, body: DecisionIn | None = No
 
 
 @router.post("/repairs/{repair_id}/cancel", response_model=RepairOut)
-def cancel(request: Request, repair_id: RepairPath, body: DecisionIn | None = None) -> RepairOut:
+def cancel(
+    request: Request, repair_id: RepairPath, principal: Operator, body: DecisionIn | None = None
+) -> RepairOut:
     """A person cancels a repair that has not started executing."""
     services = _services(request)
     body = body or DecisionIn()
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     repair = cancel_repair(
         _store(services), repair_id, actor, services.clock.now(), reason=body.reason
     )
@@ -232,10 +250,12 @@ def cancel(request: Request, repair_id: RepairPath, body: DecisionIn | None = No
 
 
 @router.put("/repairs/{repair_id}/action", response_model=RepairOut)
-def put_action(request: Request, repair_id: RepairPath, body: ActionChangeIn) -> RepairOut:
+def put_action(
+    request: Request, repair_id: RepairPath, body: ActionChangeIn, principal: Operator
+) -> RepairOut:
     """A person changes the action of a pending repair without approving it."""
     services = _services(request)
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     repair = change_action(
         _store(services), repair_id, actor, body.action, services.clock.now(), reason=body.reason
     )
@@ -243,7 +263,7 @@ def put_action(request: Request, repair_id: RepairPath, body: ActionChangeIn) ->
 
 
 # --- policy and breaker --------------------------------------------------------------------------
-@router.get("/policy/repair", response_model=RepairPolicyOut)
+@router.get("/policy/repair", response_model=RepairPolicyOut, dependencies=[_Readers])
 def get_policy(request: Request, cluster: str | None = None) -> RepairPolicyOut:
     """The cluster's repair policy (the defaults when none was stored)."""
     services = _services(request)
@@ -253,17 +273,17 @@ def get_policy(request: Request, cluster: str | None = None) -> RepairPolicyOut:
 
 @router.put("/policy/repair", response_model=RepairPolicyOut)
 def put_policy_route(
-    request: Request, body: RepairPolicyIn, cluster: str | None = None
+    request: Request, body: RepairPolicyIn, principal: Admin, cluster: ClusterQuery = None
 ) -> RepairPolicyOut:
     """Replace the cluster's repair policy (a field left out takes its default)."""
     services = _services(request)
     name = _cluster(services, cluster)
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     stored = put_policy(_store(services), name, body.to_policy(), actor, services.clock.now())
     return RepairPolicyOut.of(name, stored)
 
 
-@router.get("/breaker", response_model=BreakerOut)
+@router.get("/breaker", response_model=BreakerOut, dependencies=[_Readers])
 def get_breaker(request: Request, cluster: str | None = None) -> BreakerOut:
     """The cluster's circuit breaker."""
     services = _services(request)
@@ -271,11 +291,13 @@ def get_breaker(request: Request, cluster: str | None = None) -> BreakerOut:
 
 
 @router.post("/breaker/reset", response_model=BreakerOut)
-def post_breaker_reset(request: Request, body: BreakerResetIn | None = None) -> BreakerOut:
+def post_breaker_reset(
+    request: Request, principal: Operator, body: BreakerResetIn | None = None
+) -> BreakerOut:
     """A person closes a tripped breaker (a closed one is returned unchanged)."""
     services = _services(request)
     body = body or BreakerResetIn()
-    actor = _actor(request, body.actor, body.actor_kind)
+    actor = _actor(principal, body.actor, body.actor_kind)
     breaker, _ = reset_breaker(
         _store(services),
         _cluster(services, body.cluster),

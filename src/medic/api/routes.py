@@ -1,15 +1,24 @@
 """Read routes of API v1: jobs, job timelines, nodes, advice and the audit trail.
 
 Thin handlers over the store port; every value is converted to an API schema on the way out.
+Every route needs a viewer's (or operator's, or admin's) token; the advice feed also a
+controller's. The audit trail exports as JSON pages (default) or CSV (``format=csv``: a header
+row, then one row per event, the payload as JSON; the next page's cursor in the
+``X-Next-After-Id`` header). A cell that a spreadsheet would run as a formula (starting with
+``=``, ``+``, ``-``, ``@``, tab or carriage return) is prefixed with ``'``.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
+from medic.api.auth import READERS, require
 from medic.api.schemas import (
     ActionOut,
     AdviceOut,
@@ -23,7 +32,8 @@ from medic.api.schemas import (
     VerdictOut,
 )
 from medic.control.services import Services
-from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.auth import Role
 from medic.domain.cluster import Job
 from medic.domain.ids import ClusterName, JobId
 from medic.errors import InputError, NotFoundError
@@ -33,6 +43,23 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api/v1")
 
 MAX_PAGE = 1000
+NEXT_HEADER = "X-Next-After-Id"
+CSV_COLUMNS = (
+    "id",
+    "time",
+    "actor",
+    "kind",
+    "subject_type",
+    "subject_id",
+    "cluster",
+    "signature_id",
+    "action",
+    "verdict",
+    "mode",
+    "payload",
+)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_Readers = Depends(require(*READERS))
 
 
 def _services(request: Request) -> Services:
@@ -71,7 +98,7 @@ def _aware(when: datetime | None) -> datetime | None:
     return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
-@router.get("/jobs", response_model=list[JobOut])
+@router.get("/jobs", response_model=list[JobOut], dependencies=[_Readers])
 def list_jobs(request: Request, cluster: str | None = None) -> list[JobOut]:
     services = _services(request)
     name = ClusterName(cluster) if cluster else None
@@ -79,7 +106,7 @@ def list_jobs(request: Request, cluster: str | None = None) -> list[JobOut]:
     return [JobOut.of(j, advice.get((j.cluster, j.id))) for j in services.store.list_jobs(name)]
 
 
-@router.get("/jobs/{job_id}/timeline", response_model=TimelineOut)
+@router.get("/jobs/{job_id}/timeline", response_model=TimelineOut, dependencies=[_Readers])
 def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> TimelineOut:
     """Everything medic saw and did for one job, oldest first."""
     services = _services(request)
@@ -96,14 +123,18 @@ def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> T
     )
 
 
-@router.get("/nodes", response_model=list[NodeOut])
+@router.get("/nodes", response_model=list[NodeOut], dependencies=[_Readers])
 def list_nodes(request: Request, cluster: str | None = None) -> list[NodeOut]:
     services = _services(request)
     name = ClusterName(cluster) if cluster else services.cluster
     return [NodeOut.of(name, n) for n in services.store.list_nodes(name)]
 
 
-@router.get("/advice", response_model=list[AdviceOut])
+@router.get(
+    "/advice",
+    response_model=list[AdviceOut],
+    dependencies=[Depends(require(*READERS, Role.CONTROLLER))],
+)
 def list_advice(
     request: Request, active: bool = False, cluster: str | None = None
 ) -> list[AdviceOut]:
@@ -113,23 +144,36 @@ def list_advice(
     return [AdviceOut.of(a) for a in services.store.list_advice(cluster=name, active_only=active)]
 
 
-@router.get("/audit", response_model=AuditPage)
+@router.get(
+    "/audit",
+    response_model=AuditPage,
+    dependencies=[_Readers],
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
 def query_audit(
     request: Request,
     job: str | None = None,
+    node: str | None = None,
     cluster: str | None = None,
     kind: AuditKind | None = None,
     actor: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    after_id: Annotated[int | None, Query(ge=0)] = None,
+    after_id: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-) -> AuditPage:
-    """Audit events matching every filter, oldest first; page with ``after_id``."""
+    format: Literal["json", "csv"] = "json",
+) -> AuditPage | Response:
+    """Audit events matching every filter, oldest first; page with ``after_id``. ``node``: the
+    events whose subject is that node (repairs, alerts); ``job``: whose subject is that job."""
+    job, node = job or None, node or None
+    if job is not None and node is not None:
+        raise InputError("node", "filter by job or by node, not both (an event has one subject)")
     services = _services(request)
     events = services.store.query_audit(
         cluster=ClusterName(cluster) if cluster else None,
-        job_id=JobId(job) if job else None,
+        job_id=JobId(job) if job is not None else None,
+        subject_type=SubjectType.NODE.value if node is not None else None,
+        subject_id=node,
         kind=kind,
         actor=actor,
         since=_aware(since),
@@ -139,7 +183,26 @@ def query_audit(
     )
     more = len(events) > limit
     page = events[:limit]
-    return AuditPage(
-        events=[AuditOut.of(e) for e in page],
-        next_after_id=page[-1].id if more and page else None,
-    )
+    next_after_id = page[-1].id if more and page else None
+    if format == "csv":
+        headers = {"Content-Disposition": 'attachment; filename="medic-audit.csv"'}
+        if next_after_id is not None:
+            headers[NEXT_HEADER] = str(next_after_id)
+        return Response(_csv(page), media_type="text/csv; charset=utf-8", headers=headers)
+    return AuditPage(events=[AuditOut.of(e) for e in page], next_after_id=next_after_id)
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _csv(events: list[AuditEvent]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for e in events:
+        row = AuditOut.of(e).model_dump(mode="json")
+        row["payload"] = json.dumps(row["payload"], sort_keys=True, separators=(",", ":"))
+        writer.writerow([_cell(row[column]) for column in CSV_COLUMNS])
+    return out.getvalue()

@@ -52,6 +52,18 @@ def register(app: typer.Typer) -> None:
         detector: Annotated[
             str | None, typer.Option("--detector", help="Detector name (default agent:<host>).")
         ] = None,
+        token: Annotated[
+            str | None,
+            typer.Option(
+                "--token",
+                envvar="MEDIC_TOKEN",
+                help="API token of role detector (prefer MEDIC_TOKEN or --token-file).",
+                show_default=False,
+            ),
+        ] = None,
+        token_file: Annotated[
+            Path | None, typer.Option("--token-file", help="File holding the API token.")
+        ] = None,
         gpus: Annotated[
             int | None, typer.Option("--gpus", min=0, help="GPUs this node should have.")
         ] = None,
@@ -108,6 +120,8 @@ def register(app: typer.Typer) -> None:
             temperature_limit=temperature_limit,
             pcie_replays_per_minute=pcie_replays,
             ib_root=ib_root,
+            token=token,
+            token_file=token_file,
         )
         try:
             config.check()

@@ -50,6 +50,15 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[
             float, typer.Option("--timeout", min=0.1, help="Seconds per API request.")
         ] = 10.0,
+        token: Annotated[
+            str | None,
+            typer.Option(
+                "--token",
+                envvar="MEDIC_TOKEN",
+                help="API token of role controller (prefer MEDIC_TOKEN: a command line is public).",
+                show_default=False,
+            ),
+        ] = None,
     ) -> None:
         """Carry out medic's advice on this cluster's scheduler, with the fail-open watchdog.
 
@@ -63,6 +72,11 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(
                 "letters, digits, '.', '_' and '-' only", param_hint="--cluster"
             )
+        if not token or not token.strip():
+            raise typer.BadParameter(
+                "an API token of role controller is required (or set MEDIC_TOKEN)",
+                param_hint="--token",
+            )
         settings = settings_of(ctx, **{"scheduler.cluster": cluster})
         directory = state_dir or Path(platformdirs.user_state_dir("medic")) / "controller"
         stop = threading.Event()
@@ -72,7 +86,7 @@ def register(app: typer.Typer) -> None:
             stop.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        client = MedicApiClient(api, timeout)
+        client = MedicApiClient(api, timeout, token=token)
         try:
             run_controller(
                 scheduler=build_scheduler(settings),

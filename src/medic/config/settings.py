@@ -18,6 +18,7 @@ __all__ = [
     "DetectSettings",
     "LoopSettings",
     "PolicySettings",
+    "RepairSettings",
     "SchedulerSettings",
     "Settings",
     "SimSettings",
@@ -155,6 +156,54 @@ class ApiSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RepairSettings:
+    enabled: bool = False
+    """Run node auto-repair in the control loop: turn failed health checks into alerts, alerts
+    into repair recommendations (the per-cluster repair policy, stored, decides approval; by
+    default a person approves every repair) and carry approved repairs out. Job recovery then
+    also keeps requeued jobs off nodes under repair or with a critical alert firing."""
+    reset_gpu_command: str = ""
+    """Operator hook for ``reset_gpu``: a shell command run on the medic host with ``{node}`` and
+    ``{repair_id}`` replaced (shell-quoted; also in ``MEDIC_NODE``, ``MEDIC_REPAIR_ID``,
+    ``MEDIC_ACTION``). It must return when the action is done; exit 0 means success. Empty: the
+    scheduler's own provider does it (the simulator can; Slurm cannot)."""
+    power_cycle_command: str = ""
+    """Operator hook for ``power_cycle`` (host power off/on, e.g. through a BMC tool), as
+    ``reset_gpu_command``. Empty: the provider's own (simulator only)."""
+    reprovision_command: str = ""
+    """Operator hook for ``reprovision`` (rebuild the machine from a clean image), as
+    ``reset_gpu_command``. Empty: the provider's own (simulator only)."""
+    migrate_command: str = ""
+    """Operator hook for ``migrate`` (replace the machine by one on other hardware), as
+    ``reset_gpu_command``. Empty: the provider's own (simulator only)."""
+    remove_command: str = ""
+    """Operator hook for ``remove`` (take the machine out for RMA; always a person's request),
+    as ``reset_gpu_command``. Empty: the node only stays drained."""
+    hook_timeout_seconds: float = 3600.0
+    """Seconds a hook command may run before it is abandoned and the repair fails."""
+    validation_commands: str = ""
+    """The revalidation suite, run after the actions of the policy's ``validate_after`` (or
+    after every repair with ``validate_always``): shell commands separated by `` ;; ``, each
+    optionally named by a ``[name]`` prefix, with ``{node}`` and ``{repair_id}`` placeholders,
+    e.g. ``[dcgm] dcgmi diag -r 2 --host {node} ;; [nccl] ssh {node} all_reduce_perf -g 8``.
+    Exit 0: pass; another status: fail (hardware ticket, node stays out); a command that cannot
+    run (exit 126/127) or times out: abort (the node returns to service, not marked faulty).
+    Empty: validation aborts."""
+    validation_timeout_seconds: float = 1800.0
+    """Seconds each validation command may run; past that the suite aborts."""
+    validate_always: bool = False
+    """Revalidate the machine after every repair, not only after the policy's
+    ``validate_after`` actions."""
+    max_recommendations_per_pass: int = 100
+    """Repairs recommended at most per loop pass; in an alert storm the rest follow in the next
+    passes, oldest alert first (every alert is still recorded at once), so job recovery in the
+    same loop never waits long behind node repair."""
+    rejoin_timeout_seconds: float = 1800.0
+    """Seconds a repaired node has to come back (answer again, rebooted when the action reboots
+    it); past that the repair fails and the node stays drained."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -165,3 +214,4 @@ class Settings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     loop: LoopSettings = field(default_factory=LoopSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    repair: RepairSettings = field(default_factory=RepairSettings)

@@ -120,6 +120,10 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "controller.poll_seconds": POSITIVE,
     "api.host": NonEmpty(),
     "api.port": PORT,
+    "repair.hook_timeout_seconds": POSITIVE,
+    "repair.validation_timeout_seconds": POSITIVE,
+    "repair.rejoin_timeout_seconds": POSITIVE,
+    "repair.max_recommendations_per_pass": COUNT,
 }
 """Every range check, keyed by dotted setting name. A test checks each key names a setting."""
 

@@ -116,8 +116,11 @@ class Controller:
                 _Step(
                     ActionKind.CANCEL,
                     # Any ended job will not run again unless someone requeues it; cancelling
-                    # it would only fail ("already completed").
-                    lambda j: j.state.is_terminal,
+                    # it would only fail ("already completed"). A COMPLETING job is ending
+                    # (Slurm shows it so for KillWait seconds after a crash or a cancel):
+                    # cancelling it again on every pass would repeat the command; should it
+                    # come back PENDING (a requeue), the step is needed again and issued then.
+                    lambda j: j.state.is_terminal or j.state is JobState.COMPLETING,
                     lambda: sched.cancel(job_id, reason),
                 )
             ]

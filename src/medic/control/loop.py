@@ -5,6 +5,10 @@ the previous pass, and compares them with what the store already holds; nothing 
 seen an event, so any pass can be rerun. Decisions are pure calls into ``detect``, ``attribute``
 and ``policy``; effects go through the ports. A job whose evaluation raises is paused for
 ``loop.error_backoff_seconds`` and recorded, and never stops the pass for the other jobs.
+
+With a ``repairs`` collaborator (node auto-repair, :class:`NodeRepairs`), each pass hands it the
+nodes, jobs and detections it read, before evaluating jobs; a requeue then also excludes the nodes
+it says job recovery must avoid (under repair, out of service, or with a critical alert firing).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Protocol
 
 from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
@@ -27,16 +32,21 @@ from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState, Mode, Node, NodeState
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import JobId, NodeName
+from medic.domain.modes import ClusterModes
 from medic.errors import InputError, MedicError
 from medic.policy.options import parse_job_options
 from medic.policy.recovery import decide, effective_mode
-from medic.ports import Clock, Diagnoser, LogSource, Metrics, Scheduler, Store
+from medic.ports import Clock, Diagnoser, LogSource, Metrics, ModeStore, Scheduler, Store
 
-__all__ = ["ControlLoop", "PassReport"]
+__all__ = ["ControlLoop", "NodeRepairs", "PassReport"]
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_SAVE_SECONDS = 5.0
+_ENDED_BADLY = (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT)
+_KERNEL_LAG_SECONDS = 30.0
+"""How long after an attempt ended badly a kernel line on its nodes still counts as its evidence
+(while its failure is not decided)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,20 @@ class PassReport:
     seconds: float
 
 
+class NodeRepairs(Protocol):
+    """Node auto-repair as the loop sees it (``medic.control.repairs.RepairEngine``)."""
+
+    def run_pass(
+        self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]
+    ) -> object:
+        """One repair pass over what this loop pass read (detections: every scan result)."""
+        ...
+
+    def placement_exclusions(self) -> frozenset[NodeName]:
+        """Nodes job recovery must never place a job on."""
+        ...
+
+
 class ControlLoop:
     """One cluster's loop. ``run_once`` is a pass; ``run_forever`` paces passes until stopped."""
 
@@ -65,8 +89,10 @@ class ControlLoop:
         clock: Clock,
         metrics: Metrics,
         settings: Settings,
+        repairs: NodeRepairs | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._repairs = repairs
         self._logs = logs
         self._store = store
         self._diagnoser = diagnoser
@@ -77,6 +103,10 @@ class ControlLoop:
         self._controller = Controller(scheduler=scheduler, ledger=store, clock=clock)
         self._watches: dict[JobId, JobWatch] = {}
         self._invalid_options: dict[JobId, str | None] = {}
+        self._overrides: dict[JobId, Mode | None] = {}
+        """Each watched job's own mode from its comment (None: it sets none)."""
+        self._modes: ClusterModes | None = None
+        """The run-time modes stored for this cluster, read once per pass."""
         self._counts: defaultdict[str, int] = defaultdict(int)
         store.ensure_cluster(self._cluster, settings.scheduler.kind)
 
@@ -110,8 +140,11 @@ class ControlLoop:
         now = self._clock.now()
         self._store.sync_nodes(self._cluster, nodes, now)
         self._store.sync_jobs(self._cluster, jobs, now)
+        self._read_modes()
         lines = self._logs.read_new(jobs)
-        detections = self._route(self._diagnoser.scan(lines), jobs)
+        found = self._diagnoser.scan(lines)
+        detections = self._route(found, jobs)
+        self._repair_pass(nodes, jobs, found)
         node_states = {n.name: n for n in nodes}
         for job in jobs:
             self._guarded(job, partial(self._evaluate, job, detections, node_states))
@@ -126,6 +159,17 @@ class ControlLoop:
         return PassReport(
             jobs, lines, c["detections"], c["verdicts"], c["actions"], c["errors"], seconds
         )
+
+    def _repair_pass(
+        self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]
+    ) -> None:
+        if self._repairs is None:
+            return
+        try:
+            self._repairs.run_pass(nodes, jobs, detections)
+        except Exception:  # node repair failing must not stop job recovery
+            self._metrics.loop_error("repair")
+            logger.exception("node-repair pass failed")
 
     def _guarded(self, job: Job, work: Callable[[], None]) -> None:
         try:
@@ -145,10 +189,12 @@ class ControlLoop:
     def _route(
         self, detections: Sequence[Detection], jobs: Sequence[Job]
     ) -> dict[JobId, list[Detection]]:
-        """Group detections by job, copying kernel ones to every job on the emitting node."""
+        """Group detections by job, copying kernel ones to every job on the emitting node: the
+        jobs running there, and a job that just ended badly there whose failure is not decided
+        yet (a kernel line often arrives a pass after the crash it explains)."""
         on_node: dict[NodeName, list[JobId]] = defaultdict(list)
         for job in jobs:
-            if job.state is JobState.RUNNING:
+            if job.state is JobState.RUNNING or self._awaits_evidence(job):
                 for node in job.nodes:
                     on_node[node].append(job.id)
         kernel = [d for d in detections if d.job_id is None]
@@ -161,6 +207,18 @@ class ControlLoop:
                 routed[det.job_id].append(det)
         return routed
 
+    def _awaits_evidence(self, job: Job) -> bool:
+        """The job's current attempt ended badly, recently, and is not decided yet."""
+        if job.state not in _ENDED_BADLY and job.state is not JobState.COMPLETING:
+            return False
+        watch = self._watches.get(job.id)
+        if watch is None or watch.attempt != job.restart_count or watch.decided:
+            return False  # a requeue in progress (new attempt), or decided already
+        if watch.ended_at is None:
+            return True
+        lag = timedelta(seconds=max(self._settings.detect.settle_seconds, _KERNEL_LAG_SECONDS))
+        return self._clock.now() - watch.ended_at <= lag
+
     def _watch(self, job: Job) -> JobWatch | None:
         """The job's watch for its current attempt, or None when medic must leave it alone."""
         watch = self._watches.get(job.id)
@@ -172,10 +230,11 @@ class ControlLoop:
                     self._invalid_options[job.id] = job.comment
                     self._audit(job.id, AuditKind.JOB_OPTIONS_INVALID, {"error": str(exc)})
                 return None
+            self._overrides[job.id] = options.mode
             watch = JobWatch(
                 job_id=job.id,
                 attempt=job.restart_count,
-                mode=effective_mode(self._settings.scheduler.mode, options),
+                mode=effective_mode(self._stored_mode(job), options),
                 max_attempts_without_progress=options.max_attempts_without_progress,
             )
             self._watches[job.id] = self._resume(watch)
@@ -204,6 +263,7 @@ class ControlLoop:
         watch = self._watch(job)
         if watch is None:
             return
+        watch.mode = self._mode_of(job)  # an operator may have switched it since the last pass
         now = self._clock.now()
         fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
         self._take(job, watch, fresh, now)
@@ -216,8 +276,10 @@ class ControlLoop:
                 watch.tracker.check_straggler(now, self._settings.detect),
             ):
                 if derived is not None:
-                    self._take(job, watch, [_with_attempt(derived, watch.attempt)], now)
+                    self._take(job, watch, [_derived(derived, job.id, watch.attempt)], now)
         self._save_progress(job, watch, now)
+        if job.state in _ENDED_BADLY and watch.ended_at is None:
+            watch.ended_at = now
         if not watch.decided and self._is_ready(job, watch, now):
             self._decide(job, watch, now)
 
@@ -249,15 +311,18 @@ class ControlLoop:
         return node_failures(job, watch.attempt, new, now) if new else []
 
     def _is_ready(self, job: Job, watch: JobWatch, now: datetime) -> bool:
-        """Enough evidence to decide: the attempt ended badly, or it is failing and the settle
-        time for evidence from other nodes has passed."""
-        if job.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT):
-            return True
+        """Enough evidence to decide: the attempt is failing or ended badly, and the settle time
+        for evidence from other nodes (counted from the first fatal detection, or from the end
+        when nothing fatal was seen) has passed: a kernel line read a pass after the crash it
+        explains still names the node."""
+        settle = timedelta(seconds=self._settings.detect.settle_seconds)
+        if job.state in _ENDED_BADLY:
+            seen = [t for t in (watch.first_fatal_at, watch.ended_at) if t is not None]
+            return not seen or now - min(seen) >= settle
         if job.state in (JobState.COMPLETED, JobState.CANCELLED):
             return False  # ended on purpose (by its user or by medic): nothing to recover
         if watch.first_fatal_at is None:
             return any(d.signature_id.startswith("medic.straggler.") for d in watch.evidence)
-        settle = timedelta(seconds=self._settings.detect.settle_seconds)
         return now - watch.first_fatal_at >= settle
 
     def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
@@ -285,6 +350,9 @@ class ControlLoop:
         if existing is not None and existing.action is AdviceAction.EXCLUDE_NEXT:
             # A straggler found earlier in this job joins the exclusions of its next restart.
             request = _with_exclusions(request, existing.exclude_nodes)
+        if request.action is AdviceAction.REQUEUE and self._repairs is not None:
+            # Never back onto a node under repair, out of service or with a critical alert.
+            request = _with_exclusions(request, self._repairs.placement_exclusions())
         self._store.add_verdict(self._cluster, verdict)
         self._counts["verdicts"] += 1
         self._store.append_audit(records.verdict_event(self._cluster, verdict, watch.mode, now))
@@ -338,6 +406,27 @@ class ControlLoop:
         present = {j.id for j in jobs}
         for job_id in [j for j in self._watches if j not in present]:
             del self._watches[job_id]
+            self._overrides.pop(job_id, None)
+
+    # ------------------------------------------------------------------ modes
+    def _read_modes(self) -> None:
+        """Read the run-time modes operators switch through the API (``ModeStore``)."""
+        if not isinstance(self._store, ModeStore):
+            return
+        try:
+            self._modes = self._store.get_modes(self._cluster)
+        except MedicError as exc:
+            logger.warning("cannot read the run-time modes, keeping the last known: %s", exc)
+
+    def _stored_mode(self, job: Job) -> Mode:
+        """The job's partition mode, else the cluster's stored mode, else ``scheduler.mode``."""
+        default = self._settings.scheduler.mode
+        return default if self._modes is None else self._modes.for_partition(job.partition, default)
+
+    def _mode_of(self, job: Job) -> Mode:
+        """The job's mode: its comment's override on top of :meth:`_stored_mode`."""
+        override = self._overrides.get(job.id)
+        return override if override is not None else self._stored_mode(job)
 
     def _audit(self, job_id: JobId, kind: AuditKind, payload: dict[str, object]) -> None:
         now = self._clock.now()
@@ -348,6 +437,13 @@ class ControlLoop:
 
 def _with_attempt(det: Detection, attempt: int) -> Detection:
     return det if det.attempt == attempt else replace(det, attempt=attempt)
+
+
+def _derived(det: Detection, job_id: JobId, attempt: int) -> Detection:
+    """A finding the loop derived for the job (hang, straggler), stamped with the job and attempt:
+    the watch's tracker knows neither, and a detection stored without its job is lost to the
+    job's history (and to a restarted medic's ``_resume``)."""
+    return replace(det, job_id=job_id, attempt=attempt)
 
 
 def _with_exclusions(request: AdviceRequest, extra: frozenset[NodeName]) -> AdviceRequest:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from medic.config.settings import Settings
 from medic.control.loop import ControlLoop
+from medic.control.repairs import RepairEngine
 from medic.domain.ids import ClusterName
 from medic.ports import Clock, FaultInjector, LogSource, Metrics, Scheduler, Store, Workload
 
@@ -31,3 +32,5 @@ class Services:
     workload: Workload | None
     close: Callable[[], None]
     """Releases what the composition root opened (database engine)."""
+    repairs: RepairEngine | None = None
+    """Node auto-repair (``repair.enabled``), also run by the loop once per pass."""

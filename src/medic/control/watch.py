@@ -36,6 +36,8 @@ class JobWatch:
     """The latest progress lines: attribution reads the step a failure happened at from them."""
     first_fatal_at: datetime | None = None
     """When the first detection saying the attempt is failing was stored."""
+    ended_at: datetime | None = None
+    """When the loop first saw the attempt ended badly (failed, node failure, time limit)."""
     decided: bool = False
     """A verdict and advice exist for this attempt; nothing more to decide."""
     seen_signatures: set[str] = field(default_factory=set)

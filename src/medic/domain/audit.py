@@ -25,12 +25,46 @@ class AuditKind(enum.StrEnum):
     RECONCILIATION = "reconciliation"
     JOB_OPTIONS_INVALID = "job-options-invalid"
     LOOP_ERROR = "loop-error"
+    # node repair: requests (API, Slurm drain reasons) and people's decisions on them
+    REPAIR_REQUESTED = "repair-requested"
+    REPAIR_REQUEST_REPEATED = "repair-request-repeated"
+    REPAIR_REQUEST_REFUSED = "repair-request-refused"
+    REPAIR_REQUEST_INVALID = "repair-request-invalid"
+    REPAIR_APPROVED = "repair-approved"
+    REPAIR_REJECTED = "repair-rejected"
+    REPAIR_CANCELLED = "repair-cancelled"
+    REPAIR_ACTION_CHANGED = "repair-action-changed"
+    REPAIR_POLICY_CHANGED = "repair-policy-changed"
+    BREAKER_RESET = "breaker-reset"
+    # node repair: alerts, medic's recommendations and the lifecycle of a repair
+    ALERT_FIRING = "alert-firing"
+    ALERT_RESOLVED = "alert-resolved"
+    REPAIR_RECOMMENDED = "repair-recommended"
+    REPAIR_SKIPPED = "repair-skipped"
+    REPAIR_TRANSITION = "repair-transition"
+    REPAIR_STEP_STARTED = "repair-step-started"
+    REPAIR_STEP_SUCCEEDED = "repair-step-succeeded"
+    REPAIR_STEP_FAILED = "repair-step-failed"
+    REPAIR_JOB_INTERRUPTED = "repair-job-interrupted"
+    REPAIR_VALIDATION = "repair-validation"
+    BREAKER_TRIPPED = "breaker-tripped"
+    # the HTTP API: refused requests, API tokens, console sessions, run-time modes
+    ACCESS_DENIED = "access-denied"
+    TOKEN_CREATED = "token-created"
+    TOKEN_REVOKED = "token-revoked"
+    SESSION_STARTED = "session-started"
+    SESSION_ENDED = "session-ended"
+    MODE_CHANGED = "mode-changed"
 
 
 class SubjectType(enum.StrEnum):
     JOB = "job"
     NODE = "node"
     CLUSTER = "cluster"
+    API = "api"
+    """An HTTP request (subject id: its path), e.g. one that was refused."""
+    TOKEN = "token"
+    """An API token (subject id: its name)."""
 
 
 @dataclass(frozen=True, slots=True)

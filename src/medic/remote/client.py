@@ -5,8 +5,14 @@ audit trail as the embedded controller, kept by the server) and its advice feed.
 become medic errors at this boundary, so the controller decides without looking at status codes:
 
 * no answer (refused, timed out, reset) or a 5xx: ``TransientError`` (try again next poll);
+* 401/403 (the token is missing, unknown, revoked, or not a controller's): ``TransientError`` as
+  well, so the fail-open watchdog keeps running and keeps its records queued until the token is
+  fixed, instead of dropping them as undeliverable;
 * 404: ``NotFoundError`` (``None`` from the ``get_*`` reads); 409: ``ConflictError``;
 * any other 4xx: ``PermanentError`` carrying the problem+json ``detail``.
+
+Every request carries ``Authorization: Bearer <token>`` (a ``controller`` role token; ``medic
+controller --token`` or ``MEDIC_TOKEN``).
 
 Times passed in (``now``, ``started_at``, an event's ``time``) are not sent: the server stamps
 its own, so one skewed controller clock cannot reorder the audit trail.
@@ -35,21 +41,26 @@ _API = "/api/v1"
 
 class MedicApiClient:
     """The advice API at ``base_url`` (e.g. ``http://medic:8765``); ``timeout`` in seconds per
-    request. ``transport`` replaces the network (tests)."""
+    request; ``token``: the API token sent as a bearer token. ``transport`` replaces the network
+    (tests)."""
 
     def __init__(
         self,
         base_url: str,
         timeout: float = 10.0,
         *,
+        token: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        headers = {"accept": "application/json"}
+        if token:
+            headers["authorization"] = f"Bearer {token.strip()}"
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
             transport=transport,
-            headers={"accept": "application/json"},
+            headers=headers,
         )
 
     def close(self) -> None:
@@ -160,6 +171,8 @@ class MedicApiClient:
             retry = response.headers.get("retry-after")
             after = float(retry) if retry and retry.isdigit() else None
             raise TransientError(detail, retry_after=after)
+        if status in (401, 403):
+            raise TransientError(f"{detail} (check the controller's API token: --token)")
         if status == 404:
             raise NotFoundError(detail)
         if status == 409:

@@ -3,8 +3,9 @@
 This class is a thin facade: the work lives in ``sql_inventory`` (clusters, nodes, jobs,
 attempts), ``sql_diagnosis`` (detections, verdicts), ``sql_advice`` (advice, scheduler actions),
 ``sql_audit`` (audit trail, cursors), and for ``medic.ports.RepairStore`` in ``sql_repairs``
-(repairs, validation results) and ``sql_repair_state`` (alerts, repair policy, breaker), all on
-one :class:`~medic.store.db.Database`.
+(repairs, validation results) and ``sql_repair_state`` (alerts, repair policy, breaker), and for
+``medic.ports.TokenStore`` and ``ModeStore`` in ``sql_tokens`` (API tokens, console sessions,
+run-time modes), all on one :class:`~medic.store.db.Database`.
 
 One instance is safe to share between threads (control loop, API workers): every call takes its
 own pooled connection and transaction.
@@ -21,9 +22,11 @@ from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceRequest, Reconciliation
 from medic.domain.attempts import Attempt, Progress
 from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.auth import Session, Token
 from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.modes import ClusterModes
 from medic.domain.repairs import (
     Alert,
     AlertState,
@@ -35,7 +38,14 @@ from medic.domain.repairs import (
     RepairUpdate,
     ValidationResult,
 )
-from medic.store import sql_advice, sql_audit, sql_diagnosis, sql_repair_state, sql_repairs
+from medic.store import (
+    sql_advice,
+    sql_audit,
+    sql_diagnosis,
+    sql_repair_state,
+    sql_repairs,
+    sql_tokens,
+)
 from medic.store.db import Database
 from medic.store.sql_inventory import Inventory
 
@@ -43,8 +53,8 @@ __all__ = ["SqlStore"]
 
 
 class SqlStore:
-    """Durable state in SQLite, PostgreSQL or MySQL/MariaDB (see ``medic.ports.Store`` and
-    ``medic.ports.RepairStore``)."""
+    """Durable state in SQLite, PostgreSQL or MySQL/MariaDB (see ``medic.ports.Store``,
+    ``RepairStore``, ``TokenStore`` and ``ModeStore``)."""
 
     def __init__(self, engine: Engine) -> None:
         """Wrap a ready engine; the schema must be migrated (``create_store`` does both)."""
@@ -266,3 +276,38 @@ class SqlStore:
 
     def list_validations(self, repair_id: int) -> list[ValidationResult]:
         return sql_repairs.list_validations(self._db, repair_id)
+
+    # --- the HTTP API: tokens and console sessions -----------------------------------------
+    def create_token(self, token: Token) -> None:
+        sql_tokens.create_token(self._db, token)
+
+    def get_token(self, name: str) -> Token | None:
+        return sql_tokens.get_token(self._db, name)
+
+    def find_token(self, secret_hash: str) -> Token | None:
+        return sql_tokens.find_token(self._db, secret_hash)
+
+    def list_tokens(self) -> list[Token]:
+        return sql_tokens.list_tokens(self._db)
+
+    def revoke_token(self, name: str, now: datetime) -> Token:
+        return sql_tokens.revoke_token(self._db, name, now)
+
+    def create_session(self, session: Session) -> None:
+        sql_tokens.create_session(self._db, session)
+
+    def get_session(self, id_hash: str) -> Session | None:
+        return sql_tokens.get_session(self._db, id_hash)
+
+    def delete_session(self, id_hash: str) -> bool:
+        return sql_tokens.delete_session(self._db, id_hash)
+
+    def purge_sessions(self, now: datetime) -> int:
+        return sql_tokens.purge_sessions(self._db, now)
+
+    # --- run-time modes ----------------------------------------------------------------------
+    def get_modes(self, cluster: ClusterName) -> ClusterModes:
+        return sql_tokens.get_modes(self._db, cluster)
+
+    def put_modes(self, modes: ClusterModes, now: datetime, by: str) -> ClusterModes:
+        return sql_tokens.put_modes(self._db, modes, now, by)

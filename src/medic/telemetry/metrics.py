@@ -60,9 +60,33 @@ class PrometheusMetrics:
             buckets=LOOP_PASS_BUCKETS,
             registry=self.registry,
         )
+        self._alerts = Counter(
+            "medic_alerts_total",
+            "Node health alerts that started firing, by cluster and alert key.",
+            ("cluster", "key"),
+            registry=self.registry,
+        )
+        self._unmapped = Counter(
+            "medic_alerts_unmapped_total",
+            "Alerts that started firing with no repair mapped to them (listed, never repaired).",
+            ("cluster", "key"),
+            registry=self.registry,
+        )
+        self._repairs = Counter(
+            "medic_repairs_total",
+            "Repairs entering a state, by cluster, action and state.",
+            ("cluster", "action", "state"),
+            registry=self.registry,
+        )
+        self._recommendation_latency = Histogram(
+            "medic_alert_recommendation_latency_seconds",
+            "Seconds from an alert firing to the repair recommended for it.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._loop_errors = Counter(
             "medic_loop_errors_total",
-            "Control-loop stages that raised, by stage (observe, evaluate, act).",
+            "Control-loop stages that raised, by stage (observe, evaluate, act, repair).",
             ("stage",),
             registry=self.registry,
         )
@@ -91,6 +115,21 @@ class PrometheusMetrics:
         """Count a pass stage (observe, evaluate, act) that raised."""
         self._loop_errors.labels(stage=stage).inc()
 
+    # --- node repair (``medic.control.lifecycle.RepairMetrics``) -------------------------------
+    def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
+        """Count an alert that started firing; an unmapped one is counted apart too."""
+        self._alerts.labels(cluster=cluster, key=key).inc()
+        if not mapped:
+            self._unmapped.labels(cluster=cluster, key=key).inc()
+
+    def repair_state(self, cluster: ClusterName, action: str, state: str) -> None:
+        """Count a repair entering ``state``."""
+        self._repairs.labels(cluster=cluster, action=action, state=state).inc()
+
+    def recommendation_latency(self, seconds: float) -> None:
+        """Seconds from an alert firing to the repair recommended for it."""
+        self._recommendation_latency.observe(seconds)
+
     def render(self) -> tuple[bytes, str]:
         """The exposition text of this registry and its HTTP content type."""
         return generate_latest(self.registry), str(CONTENT_TYPE_LATEST)
@@ -116,6 +155,15 @@ class NullMetrics:
 
     def loop_error(self, stage: str) -> None:
         """Ignore a failed stage."""
+
+    def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
+        """Ignore an alert."""
+
+    def repair_state(self, cluster: ClusterName, action: str, state: str) -> None:
+        """Ignore a repair state."""
+
+    def recommendation_latency(self, seconds: float) -> None:
+        """Ignore a latency."""
 
     def render(self) -> tuple[bytes, str]:
         """Empty exposition text and the Prometheus content type."""

@@ -13,6 +13,7 @@ from medic.domain.cluster import Job, JobSpec, Node
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine
+from medic.domain.repairs import RepairAction
 
 if TYPE_CHECKING:
     from medic.schedulers.sim.cluster import SimCluster
@@ -70,7 +71,7 @@ class SimLogSource:
 
 
 class SimNodeProvider:
-    """``NodeProvider`` port: reboots and boot ids of simulated nodes."""
+    """``NodeProvider`` port: reboots, boot ids and every repair action on simulated nodes."""
 
     def __init__(self, sim: SimCluster) -> None:
         self._sim = sim
@@ -80,6 +81,12 @@ class SimNodeProvider:
 
     def boot_id(self, node: NodeName) -> str:
         return self._sim.boot_id(node)
+
+    def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
+        self._sim.execute(node, action, repair_id)
+
+    def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
+        return self._sim.rejoined(node, action, boot_id_before)
 
 
 class SimFaultInjector:

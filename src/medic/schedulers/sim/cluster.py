@@ -24,6 +24,7 @@ import heapq
 import random
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
 from medic.config.settings import SimSettings
@@ -31,6 +32,7 @@ from medic.domain.cluster import Job, JobSpec, JobState, Node
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine
+from medic.domain.repairs import RepairAction
 from medic.errors import ConfigError, NotFoundError, PermanentError
 from medic.ports import Clock
 from medic.schedulers.sim import faults
@@ -45,7 +47,13 @@ from medic.schedulers.sim.events import EventQueue, LineBuffer
 from medic.schedulers.sim.state import SimJob, SimNode
 from medic.schedulers.sim.training import Training
 
-__all__ = ["NOT_RESPONDING", "REBOOT_SECONDS", "RETENTION_SECONDS", "SimCluster"]
+__all__ = [
+    "NOT_RESPONDING",
+    "REBOOT_SECONDS",
+    "REPAIR_SECONDS",
+    "RETENTION_SECONDS",
+    "SimCluster",
+]
 
 RETENTION_SECONDS = 600.0
 """How long an ended job stays in ``list_jobs`` (and ``get_job``) so medic sees its final state."""
@@ -53,6 +61,15 @@ REBOOT_SECONDS = 5.0
 """How long a reboot keeps a node DOWN."""
 NOT_RESPONDING = "Not responding"
 """Down reason of a failed node, as Slurm reports it."""
+REPAIR_SECONDS: dict[RepairAction, float] = {
+    RepairAction.REBOOT: REBOOT_SECONDS,
+    RepairAction.POWER_CYCLE: 2 * REBOOT_SECONDS,
+    RepairAction.REPROVISION: 30.0,
+    RepairAction.MIGRATE: 60.0,
+}
+"""How long each restarting repair keeps a node DOWN before it is back with a new boot id."""
+_RESETTABLE = frozenset({FaultKind.ECC_DBE})
+"""Faults a GPU reset clears (a GPU off the bus needs the node restarted)."""
 
 _REQUEUEABLE = frozenset(
     {JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT, JobState.PREEMPTED}
@@ -107,6 +124,8 @@ class SimCluster:
             self._free[part].add(node)
             self._size[part] += 1
         self.jobs: dict[JobId, SimJob] = {}
+        self.repairs: list[tuple[NodeName, RepairAction, int, datetime]] = []
+        """Repairs carried out through :meth:`execute`: (node, action, repair id, time)."""
         self._queue: list[SimJob] = []
         """Pending jobs (held or not) in FIFO order."""
         self._dirty = False
@@ -250,20 +269,56 @@ class SimCluster:
         """Power-cycle: a job running there dies (NODE_FAIL), the node is DOWN for
         ``REBOOT_SECONDS``, then healthy (hardware faults and slowness gone) with a new boot id.
         A drain survives the reboot, as in Slurm. Rebooting a rebooting node does nothing."""
-        sim_node = self.node(node)
-        if sim_node.rebooting:
-            return
-        sim_node.rebooting = True
-        sim_node.repair_gen += 1
-        sim_node.down_reason = reason or "reboot"
-        if sim_node.job is not None:
-            self.training.stop(sim_node.job, JobState.NODE_FAIL)
-        self._touch(sim_node)
-        self.events.after(REBOOT_SECONDS, self._booted, sim_node)
+        self._restart(self.node(node), reason or "reboot", REBOOT_SECONDS)
 
     @_public
     def boot_id(self, node: NodeName) -> str:
         return self.node(node).boot_id
+
+    @_public
+    def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
+        """Carry out a repair (durations in ``REPAIR_SECONDS``): a GPU reset
+        clears a GPU fault other than a GPU off the bus, at once, without a reboot; a reboot or a
+        power cycle restarts the node; a reprovision or a migration restarts it on a clean (new)
+        machine, which takes longer; a removal drains it for good. Every one is recorded in
+        :attr:`repairs`. Asking again while the node restarts does nothing."""
+        sim_node = self.node(node)
+        reason = f"medic: repair {repair_id} {action.value}"
+        if action is RepairAction.RESET_GPU:
+            if sim_node.job is not None:
+                self.training.stop(sim_node.job, JobState.FAILED)
+            if sim_node.broken in _RESETTABLE:
+                sim_node.broken = None
+                sim_node.repair_gen += 1
+            self._touch(sim_node)
+        elif action is RepairAction.REMOVE:
+            sim_node.drain_reason = f"medic: removed for RMA (repair {repair_id})"
+            self._touch(sim_node)
+        elif not sim_node.rebooting:
+            self._restart(sim_node, reason, REPAIR_SECONDS[action])
+        else:
+            return
+        self.repairs.append((node, action, repair_id, self.events.when()))
+
+    @_public
+    def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
+        sim_node = self.node(node)
+        if sim_node.rebooting or sim_node.down_reason is not None:
+            return False
+        if action in (RepairAction.RESET_GPU, RepairAction.REMOVE) or boot_id_before is None:
+            return True
+        return sim_node.boot_id != boot_id_before
+
+    def _restart(self, sim_node: SimNode, reason: str, seconds: float) -> None:
+        if sim_node.rebooting:
+            return
+        sim_node.rebooting = True
+        sim_node.repair_gen += 1
+        sim_node.down_reason = reason
+        if sim_node.job is not None:
+            self.training.stop(sim_node.job, JobState.NODE_FAIL)
+        self._touch(sim_node)
+        self.events.after(seconds, self._booted, sim_node)
 
     # --- faults -----------------------------------------------------------------------------
     @_public

@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from medic.config.settings import SlurmSettings
 from medic.domain.cluster import MEDIC_REASON_PREFIX, Job, Node, NodeState, is_medic_reason
 from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.repairs import RepairAction
 from medic.errors import AdapterError, NotFoundError, PermanentError
 from medic.schedulers.slurm import convert
 from medic.schedulers.slurm.commands import SlurmCli
 from medic.schedulers.slurm.hostlist import compress_hostlist
 from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode
+from medic.schedulers.slurm.requests import REQUEST_PREFIX
 from medic.schedulers.slurm.runner import CommandRunner
 from medic.schedulers.slurm.versions import (
     normalise_accounting_jobs,
@@ -53,6 +55,9 @@ _JOB_ID = re.compile(r"^\d+(_\d+)?(\+\d+)?$")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ACCOUNTING_OFF = "accounting storage is disabled"
 _OUT_OF_SERVICE = (NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN)
+_REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+_VALIDATION_FAILED = "medic: validation failed"
+"""A drain reason of node repair that names the hardware ticket: it replaces medic's earlier one."""
 
 
 def _job_id(job_id: JobId) -> str:
@@ -110,9 +115,18 @@ class _NodeReader:
         return state in _OUT_OF_SERVICE or bool({"DRAIN", "FAIL"} & set(record["flags"]))
 
     def refuse_foreign(self, node: NodeName, record: CanonicalNode, action: str) -> None:
-        """Raise ``PermanentError`` when someone other than medic drained or downed the node."""
+        """Raise ``PermanentError`` when someone other than medic drained or downed the node.
+
+        A drain whose reason is a repair request (``medic-request: ...``) was handed to medic:
+        medic may take it over (drain it with its own reason, reboot it)."""
         reason = record["reason"]
-        if self.out_of_service(record) and reason and not is_medic_reason(reason):
+        handed_over = reason.lower().startswith(REQUEST_PREFIX) and action != "resume"
+        if (
+            self.out_of_service(record)
+            and reason
+            and not is_medic_reason(reason)
+            and not handed_over
+        ):
             state = convert.node_state(record["state"], record["flags"]).value
             owner = f" by {record['reason_user']}" if record["reason_user"] else ""
             raise PermanentError(
@@ -232,10 +246,13 @@ class SlurmScheduler:
         record = self._nodes.read(node)
         self._nodes.refuse_foreign(node, record, "drain")
         state = convert.node_state(record["state"], record["flags"])
-        if state in (NodeState.DRAINED, NodeState.DRAINING) and is_medic_reason(record["reason"]):
-            return  # ours already
+        wanted = _medic_reason(reason)
+        drained = state in (NodeState.DRAINED, NodeState.DRAINING) or "DRAIN" in record["flags"]
+        ticket = wanted.startswith(_VALIDATION_FAILED) and record["reason"] != wanted
+        if drained and is_medic_reason(record["reason"]) and not ticket:
+            return  # ours already (only a failed validation's ticket replaces medic's reason)
         argv = ["scontrol", "update", f"NodeName={record['name']}", "State=DRAIN"]
-        self._cli.run([*argv, f"Reason={_medic_reason(reason)}"])
+        self._cli.run([*argv, f"Reason={wanted}"])
 
     def resume_node(self, node: NodeName, reason: str) -> None:
         record = self._nodes.read(node)
@@ -255,6 +272,11 @@ class SlurmNodeProvider:
     """``NodeProvider`` port through Slurm: reboot with ``scontrol reboot``, boot id from
     ``scontrol show node``'s ``BootTime``.
 
+    ``execute`` does ``reboot`` only (every other repair action needs an operator hook,
+    ``medic.schedulers.hooks``; without one it raises ``PermanentError``). ``rejoined``: the node
+    is not DOWN, has no reboot pending or issued, and, after a reboot-like action, a new
+    ``BootTime``.
+
     ``reboot`` asks Slurm to reboot the node as soon as its jobs end (``ASAP`` drains it
     meanwhile, with medic's reason) and to return it to service after (``nextstate=RESUME``);
     the cluster's ``RebootProgram`` does the work (``PermanentError`` when none is configured).
@@ -269,13 +291,33 @@ class SlurmNodeProvider:
     def reboot(self, node: NodeName, reason: str) -> None:
         record = self._nodes.read(node)
         self._nodes.refuse_foreign(node, record, "reboot")
-        if {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & set(record["flags"]):
+        if _REBOOTING & set(record["flags"]):
             return  # already on its way
         argv = ["scontrol", "reboot", "ASAP", "nextstate=RESUME"]
         self._cli.run([*argv, f"reason={_medic_reason(reason)}", record["name"]])
 
     def boot_id(self, node: NodeName) -> str:
-        record = self._nodes.read(node)
+        return self._boot_id(node, self._nodes.read(node))
+
+    @staticmethod
+    def _boot_id(node: NodeName, record: CanonicalNode) -> str:
         if record["boot_time"] is None:
             raise PermanentError(f"scontrol show node {node}: no BootTime reported")
         return f"{record['name']}@{record['boot_time']}"
+
+    def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
+        if action is not RepairAction.REBOOT:
+            raise PermanentError(
+                f"Slurm cannot {action.value} {node} by itself: configure "
+                f"repair.{action.value}_command (an operator hook)"
+            )
+        self.reboot(node, f"medic: repair {repair_id} reboot")
+
+    def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
+        record = self._nodes.read(node)
+        flags = set(record["flags"])
+        if convert.node_state(record["state"], flags) is NodeState.DOWN or flags & _REBOOTING:
+            return False
+        if boot_id_before is None or action in (RepairAction.RESET_GPU, RepairAction.REMOVE):
+            return True
+        return record["boot_time"] is not None and self._boot_id(node, record) != boot_id_before

@@ -154,11 +154,23 @@ def job_state(record: CanonicalJob) -> JobState:
 
 
 def is_held(record: CanonicalJob) -> bool:
-    """A pending job that will not start until released (priority 0 is Slurm's hold)."""
-    if job_state(record) is not JobState.PENDING:
-        return False
+    """A job that will not start until released: a pending one with priority 0 (Slurm's hold)
+    or a held reason, and one requeued-and-held while it still completes.
+
+    ``scontrol requeuehold`` of a job that has already ended but whose processes are still being
+    cleaned up leaves it COMPLETING (with an end time) with the restart counted, priority 0 and
+    reason ``job_requeued_in_held_state``; it turns PENDING and held once the clean-up is done.
+    A ``release`` is accepted meanwhile and sticks; a job not seen as held here would never get
+    one.
+    """
+    state = job_state(record)
     reason = record["reason"].replace(" ", "_").upper()
-    return record["hold"] or record["priority"] == 0 or reason in _HELD_REASONS
+    held = record["hold"] or reason in _HELD_REASONS
+    if state is JobState.COMPLETING:
+        return held and record["priority"] == 0
+    if state is not JobState.PENDING:
+        return False
+    return held or record["priority"] == 0
 
 
 def expand_output_pattern(pattern: str, record: CanonicalJob, *, stream: str = "out") -> str:

@@ -1,0 +1,337 @@
+"""Benchmark: how fast medic recovers a training job on a real Slurm cluster.
+
+Run (as root, with Slurm and munge installed, e.g. after ``medic dev slurm up`` once):
+``.venv/bin/python benchmarks/bench_slurm_recovery.py [--runs 10]``.
+
+It brings up its own 3-node local Slurm 22.05 cluster (``medic.dev.slurm.LocalSlurm``, in a
+temporary state directory, purged at the end; settings in ``SLURM_SETTINGS`` of
+``medic.dev.slurm_config``, listed in the README) and runs medic on it exactly as the
+end-to-end tests do (``tests/slurm/e2e``): ``build(settings)`` with ``scheduler.kind: slurm``, the
+nodes' kernel logs, a SQLite store, the loop every 0.2 s in a thread, default settings except
+``detect.hang_floor_seconds`` (``--hang-floor``). Each run submits a fresh 2-node x 8-rank
+training job (``tests/slurm/e2e/train.py``: an iteration every ~0.3 s, a checkpoint every 5), waits
+for its first checkpoint, injects one fault on its second node and measures:
+
+* ``detection``: fault -> the first evidence about the job stored by medic (audit time);
+* ``action``: that detection -> the first scheduler command done (``scontrol requeuehold``);
+* ``running_again``: fault -> Slurm shows the job RUNNING again (restarted, and not on the
+  faulty node where medic had evidence against it), polled every 0.05 s;
+* ``resumed``: fault -> the first iteration the job prints after loading its checkpoint.
+
+Faults, ``--runs`` of each, interleaved: ``xid79`` (an Xid 79 line in the node's kernel log, its
+ranks killed), ``node_fail`` (its slurmd, slurmstepd and ranks killed; the node is restarted after
+the run), ``hang`` (its ranks SIGSTOPped: no error line at all) and ``app_bug`` (a Python
+exception on every rank; detection only, the job is stopped, not recovered). Act mode comes from
+the job comment ``{"medic": {"mode": "act"}}``.
+
+The plain-approach reference runs in the same process: ``--reference-runs`` jobs per fault
+kind (one for a hang) with ``{"medic": {"mode": "observe"}}`` (medic watches and advises but
+issues nothing), polled with ``scontrol show job`` every ``loop.interval_seconds`` until Slurm
+itself shows the job out of RUNNING (what a squeue/sacct watcher notices). A hang never leaves
+RUNNING before the NCCL watchdog (600 s in PyTorch): that wait is cut at
+``--reference-hang-wait`` seconds and reported as ``null``.
+
+Every run prints one line; the last line is one JSON object: the overall figures at the top level
+(``detection_*`` over every kind, the others over xid79/node_fail/hang), ``kinds`` per fault kind,
+``reference_plain`` per kind, and the aims (detection p50 <= 1 s, action p50 <= 2 s, running again
+<= 15 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the e2e harness and training program
+
+from medic.demo import percentile  # noqa: E402
+from medic.dev.slurm import DevClusterError, LocalSlurm  # noqa: E402
+from slurm.e2e.harness import (  # noqa: E402
+    ACT,
+    OBSERVE,
+    Medic,
+    TimedOut,
+    TrainingJob,
+    medic_settings,
+    poll,
+    xid79_line,
+)
+
+KINDS = ("xid79", "node_fail", "hang", "app_bug")
+RECOVERED = ("xid79", "node_fail", "hang")
+EVIDENCE_AGAINST_NODE = ("xid79", "node_fail")
+AIMS = {"detection_p50_s": 1.0, "action_p50_s": 2.0, "running_again_p50_s": 15.0}
+CHECKPOINT_EVERY = 5
+RUN_TIMEOUT_S = 90.0
+POLL_S = 0.05
+
+
+@dataclass
+class Run:
+    kind: str
+    run: int
+    job: str
+    mode: str
+    victim: str = ""
+    detection_s: float | None = None
+    action_s: float | None = None
+    running_again_s: float | None = None
+    resumed_s: float | None = None
+    not_running_s: float | None = None
+    error: str = ""
+
+
+class Bench:
+    def __init__(self, cluster: LocalSlurm, medic: Medic, args: argparse.Namespace) -> None:
+        self.cluster = cluster
+        self.medic = medic
+        self.args = args
+        self.interval = medic.settings.loop.interval_seconds
+        self.count = 0
+
+    # --- one run -------------------------------------------------------------------------
+    def ready(self) -> None:
+        """Every node up and idle (a node_fail run leaves its node restarting)."""
+        for node in self.cluster.node_names:
+            self.cluster.start_slurmd(node)
+
+        def idle() -> bool:
+            out = self.cluster.env.run("sinfo", "-h", "-N", "-o", "%N %t").stdout.split()
+            return len(out) == 2 * len(self.cluster.node_names) and set(out[1::2]) == {"idle"}
+
+        poll("every node idle", idle, timeout=120, every=0.2)
+
+    def start(self, kind: str, comment: str) -> TrainingJob:
+        self.ready()
+        self.count += 1
+        name = f"bench-{self.count:03d}-{kind}"
+        job = TrainingJob(self.cluster.env, name, comment, checkpoint_every=CHECKPOINT_EVERY)
+        job.submit()
+        poll("the job to run", job.running, timeout=60)
+        poll("a checkpoint", lambda: job.checkpoint_step() >= CHECKPOINT_EVERY, timeout=60)
+        return job
+
+    def inject(self, kind: str, job: TrainingJob, victim: str) -> float:
+        """Inject the fault; return its time (epoch seconds)."""
+        if kind == "xid79":
+            pids = job.pids_on(victim)
+            line = xid79_line(victim, pids[0])
+            at = time.time()
+            with self.cluster.kernel_log(victim).open("a") as log:
+                log.write(line + "\n")
+            job.signal_ranks(victim, signal.SIGKILL)
+            return at
+        at = time.time()
+        if kind == "node_fail":
+            self.cluster.kill_slurmd(victim, with_jobs=True)
+        elif kind == "hang":
+            job.signal_ranks(victim, signal.SIGSTOP)
+        else:
+            job.raise_at(job.step() + 1)
+        return at
+
+    def finish(self, kind: str, job: TrainingJob, victim: str) -> None:
+        job.cancel()
+        if kind == "node_fail":
+            self.cluster.start_slurmd(victim)
+        job.kill_leftovers()  # SIGSTOPped ranks Slurm has not killed yet
+
+    def act_run(self, kind: str, index: int) -> Run:
+        job = self.start(kind, ACT)
+        victim = job.node_list()[1]
+        result = Run(kind, index, job.job_id, "act", victim)
+        try:
+            fault = self.inject(kind, job, victim)
+            self._follow(kind, job, victim, fault, result)
+        except TimedOut as exc:
+            result.error = str(exc)
+        finally:
+            self.finish(kind, job, victim)
+        return result
+
+    def _follow(self, kind: str, job: TrainingJob, victim: str, fault: float, run: Run) -> None:
+        avoid = victim if kind in EVIDENCE_AGAINST_NODE else None
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            now = time.time()
+            if kind == "app_bug":
+                if self.medic.first_detection_at(job.job_id, fault):
+                    break
+            elif run.running_again_s is None:
+                if job.running(restarts=1, avoid=avoid):
+                    run.running_again_s = now - fault
+            elif job.iterations_after_resume():
+                run.resumed_s = now - fault
+                break
+            time.sleep(POLL_S)
+        else:
+            run.error = f"not recovered within {RUN_TIMEOUT_S:g} s"
+        detected = self.medic.first_detection_at(job.job_id, fault)
+        acted = self.medic.first_action_done_at(job.job_id)
+        run.detection_s = detected - fault if detected else None
+        if kind in RECOVERED and detected and acted:
+            run.action_s = acted - detected
+
+    def reference_run(self, kind: str, index: int) -> Run:
+        """Observe mode: fault -> Slurm shows the job out of RUNNING, polled like medic's loop."""
+        job = self.start(kind, OBSERVE)
+        victim = job.node_list()[1]
+        result = Run(kind, index, job.job_id, "observe", victim)
+        limit = self.args.reference_hang_wait if kind == "hang" else RUN_TIMEOUT_S
+        try:
+            fault = self.inject(kind, job, victim)
+            deadline = time.monotonic() + limit
+            while time.monotonic() < deadline:
+                if job.info().get("JobState") != "RUNNING":
+                    result.not_running_s = time.time() - fault
+                    break
+                time.sleep(self.interval)
+            with contextlib.suppress(TimedOut):
+                detected = poll(
+                    "medic's detection",
+                    lambda: self.medic.first_detection_at(job.job_id, fault),
+                    timeout=10,
+                )
+                result.detection_s = detected - fault
+        finally:
+            self.finish(kind, job, victim)
+        if result.not_running_s is None and kind != "hang":
+            result.error = f"still RUNNING {limit:g} s after the fault"
+        return result
+
+
+# --- figures -------------------------------------------------------------------------------
+def _values(runs: list[Run], attr: str) -> list[float]:
+    return [v for r in runs if (v := getattr(r, attr)) is not None]
+
+
+def figures(runs: list[Run]) -> dict[str, object]:
+    stats: dict[str, object] = {"runs": len(runs), "failed": sum(bool(r.error) for r in runs)}
+    for attr, name in (
+        ("detection_s", "detection"),
+        ("action_s", "action"),
+        ("running_again_s", "running_again"),
+        ("resumed_s", "resumed"),
+    ):
+        values = _values(runs, attr)
+        if values:
+            stats[f"{name}_p50_s"] = percentile(values, 50)
+            stats[f"{name}_p95_s"] = percentile(values, 95)
+    return stats
+
+
+def summary(act: list[Run], reference: list[Run], args: argparse.Namespace) -> dict[str, object]:
+    kinds = {k: figures([r for r in act if r.kind == k]) for k in args.kinds}
+    recovered = [r for r in act if r.kind in RECOVERED]
+    overall: dict[str, object] = {
+        "detection_p50_s": percentile(_values(act, "detection_s"), 50),
+        "detection_p95_s": percentile(_values(act, "detection_s"), 95),
+    }
+    for attr, name in (
+        ("action_s", "action"),
+        ("running_again_s", "running_again"),
+        ("resumed_s", "resumed"),
+    ):
+        overall[f"{name}_p50_s"] = percentile(_values(recovered, attr), 50)
+        overall[f"{name}_p95_s"] = percentile(_values(recovered, attr), 95)
+    plain: dict[str, object] = {}
+    for kind in args.kinds:
+        runs = [r for r in reference if r.kind == kind]
+        if not runs:
+            continue
+        values = _values(runs, "not_running_s")
+        plain[kind] = {
+            "runs": len(runs),
+            "not_running_p50_s": percentile(values, 50),
+            "not_running_p95_s": percentile(values, 95),
+            "still_running": sum(r.not_running_s is None for r in runs),
+            "medic_detection_p50_s": percentile(_values(runs, "detection_s"), 50),
+        }
+    if "hang" in plain:
+        plain["hang"]["waited_s"] = args.reference_hang_wait  # type: ignore[index]
+    met = {key: (overall.get(key) or float("inf")) <= aim for key, aim in AIMS.items()}
+    return {
+        **overall,
+        "kinds": kinds,
+        "reference_plain": plain,
+        "aims": AIMS,
+        "aims_met_overall": met,
+        "runs_per_kind": args.runs,
+        "hang_floor_s": args.hang_floor,
+        "loop_interval_s": 0.2,
+        "failed_runs": [asdict(r) for r in [*act, *reference] if r.error],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10, help="runs per fault kind (act mode)")
+    parser.add_argument(
+        "--reference-runs", type=int, default=3, help="plain-approach runs per fault kind"
+    )
+    parser.add_argument(
+        "--reference-hang-wait",
+        type=float,
+        default=15.0,
+        help="seconds to wait for Slurm to notice a hang in the reference (it never does)",
+    )
+    parser.add_argument("--hang-floor", type=float, default=3.0, help="detect.hang_floor_seconds")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--install", action="store_true", help="apt-get install Slurm if missing")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print(json.dumps({"error": "run as root: the local Slurm cluster's daemons run as root"}))
+        return 2
+    started = time.monotonic()
+    state = Path(tempfile.mkdtemp(prefix="medic-bench-slurm-"))
+    cluster = LocalSlurm(state / "slurm", nodes=3, install=args.install)
+    try:
+        cluster.up(timeout_s=120)
+    except DevClusterError as exc:
+        cluster.down(purge=True)
+        print(json.dumps({"error": f"the local Slurm cluster did not start: {exc}"}))
+        return 1
+    overrides = {"detect.hang_floor_seconds": args.hang_floor}
+    medic = Medic(medic_settings(cluster, state / "medic.db", **overrides)).start()
+    act: list[Run] = []
+    reference: list[Run] = []
+    try:
+        bench = Bench(cluster, medic, args)
+        plan: list[tuple[Callable[[str, int], Run], list[Run], str, int]] = [
+            (bench.act_run, act, kind, i) for i in range(args.runs) for kind in args.kinds
+        ]
+        plan += [
+            (bench.reference_run, reference, kind, i)
+            for i in range(args.reference_runs)
+            for kind in args.kinds
+            if kind != "hang" or i == 0  # Slurm never notices a hang: once is enough
+        ]
+        for run, results, kind, index in plan:
+            result = run(kind, index)
+            results.append(result)
+            shown = {
+                k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(result).items()
+            }
+            print(json.dumps(shown), flush=True)
+    finally:
+        medic.close()
+        cluster.down(purge=True)
+    result = summary(act, reference, args)
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["state_dir"] = str(state)  # medic.db and the daemons' logs stay for post-mortems
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

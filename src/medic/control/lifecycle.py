@@ -1,0 +1,399 @@
+"""The repair lifecycle executor: each pass, every approved repair takes the steps it can now.
+
+- **approved -> cordoned**: a failed check still firing (a person's request was checked when
+  admitted) and room in the concurrency budget; the node is drained with
+  ``medic: repair <id> <action>`` (someone else's drain fails the repair: never overridden);
+- **-> waiting_for_idle -> draining**: :func:`~medic.policy.waiting.wait_decision` (idle, the
+  deadline, or every managed job's next checkpoint in ``checkpoint`` mode); the interrupted jobs
+  are stored on the repair and each gets a ``repair-job-interrupted`` event saying why; each one
+  still on the node is requeued held, the node excluded, and released;
+- **-> executing**: the boot id is stored, then ``NodeProvider.execute``. Only the engine that
+  made the move executes; its retry (after a transient error) skips the action when the boot id
+  changed meanwhile (a power cycle never hits a host that came back); an execution nobody
+  finishes within the rejoin timeout fails;
+- **-> rejoining -> validating -> done / failed**: the return to service,
+  :class:`medic.control.validation.ReturnToService`.
+
+Every state change is a compare-and-set (``transition_repair``): when another engine moved the
+repair first, this one leaves it alone. Each change is audited (``repair-transition``) and each
+command before and after (``repair-step-started`` / ``-succeeded`` / ``-failed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from medic.config.settings import RepairSettings
+from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
+from medic.control.validation import (
+    OUT_OF_SERVICE,
+    VALIDATION_ALERT,
+    ReturnToService,
+    Validator,
+    foreign,
+)
+from medic.domain.audit import AuditKind
+from medic.domain.cluster import Job, JobState, NodeState
+from medic.domain.ids import JobId, NodeName
+from medic.domain.repairs import (
+    AlertSource,
+    AlertState,
+    Repair,
+    RepairAction,
+    RepairRequest,
+    RepairState,
+    RepairUpdate,
+    RequesterKind,
+    WaitMode,
+)
+from medic.errors import ConflictError, MedicError, NotFoundError, PermanentError
+from medic.policy.guards import RULE_BUDGET, RULE_EVIDENCE, has_evidence, within_budget
+from medic.policy.waiting import deadline, running_jobs, wait_decision
+from medic.ports import NodeProvider, Scheduler
+
+__all__ = ["Lifecycle", "PassView"]
+
+logger = logging.getLogger(__name__)
+
+_TAKEOVER_SECONDS = 120.0
+"""A cordon or a drain its engine left unfinished this long is taken over by another engine."""
+
+S = RepairState
+
+
+class Lifecycle:
+    """Carries approved repairs out (see the module docstring). Keeps in memory only what makes
+    one engine the owner of a step in flight (execution, validation, a requeue)."""
+
+    def __init__(
+        self,
+        *,
+        store: RepairStores,
+        scheduler: Scheduler,
+        provider: NodeProvider,
+        clock: Callable[[], datetime],
+        settings: RepairSettings,
+        validator: Validator,
+        metrics: RepairMetrics,
+    ) -> None:
+        self._store = store
+        self._scheduler = scheduler
+        self._provider = provider
+        self._now = clock
+        self._settings = settings
+        self._metrics = metrics
+        self._cluster = scheduler.cluster
+        self._owned: dict[int, RepairState] = {}
+        """The state this engine moved each repair into: only the owner acts in it."""
+        self._back = ReturnToService(
+            self,
+            store=store,
+            scheduler=scheduler,
+            provider=provider,
+            clock=clock,
+            settings=settings,
+            validator=validator,
+        )
+        self._requeued: set[tuple[int, str]] = set()
+        self._refused: set[tuple[int, str]] = set()
+        self._baselines: dict[int, dict[str, int | None]] = {}
+        self._steps: dict[RepairState, Callable[[Repair, PassView], Repair | None]] = {
+            S.APPROVED: self._start,
+            S.CORDONED: self._cordoned,
+            S.WAITING_FOR_IDLE: self._wait,
+            S.DRAINING: self._drain,
+            S.EXECUTING: self._execute,
+            S.REJOINING: self._back.rejoin,
+            S.VALIDATING: self._back.validate,
+        }
+
+    def advance(self, repair: Repair, view: PassView) -> Repair:
+        """Take every step ``repair`` can take now; the repair as it stands after them."""
+        for _ in range(len(self._steps) + 1):
+            step = self._steps.get(repair.state)
+            moved = step(repair, view) if step is not None else None
+            if moved is None or moved.state is repair.state:
+                return moved or repair
+            repair = moved
+        return repair
+
+    def sweep(self, view: PassView) -> None:
+        """Lift medic's drains left behind by finished repairs (see ``ReturnToService``)."""
+        self._back.sweep(view)
+
+    # ------------------------------------------------------------------ transitions
+    def move(
+        self,
+        repair: Repair,
+        new: RepairState,
+        view: PassView,
+        rule: str,
+        reason: str,
+        update: RepairUpdate | None = None,
+        **extra: Any,
+    ) -> Repair | None:
+        """Compare-and-set ``repair`` to ``new`` and audit it; None when another writer moved it
+        first (this engine then leaves it alone)."""
+        now = self._now()
+        if new is S.DONE or (new is S.FAILED and rule == "validation-failed"):
+            # Before the move, so an engine that sees the repair finished sees its alerts cleared.
+            keys = set(repair.alert_keys) - {VALIDATION_ALERT}
+            passed = {VALIDATION_ALERT} if rule == "validation-passed" else set()
+            self._resolve(repair, keys | passed, new)
+        try:
+            moved = self._store.transition_repair(repair.id, repair.state, new, now, update)
+        except ConflictError as exc:
+            logger.info("repair %s: %s", repair.id, exc)
+            return None
+        payload = {"repair_id": repair.id, "from": repair.state.value, "to": new.value}
+        payload |= {"rule": rule, "reason": reason, **extra}
+        self.audit(AuditKind.REPAIR_TRANSITION, moved, payload, now)
+        self._metrics.repair_state(self._cluster, moved.action.value, new.value)
+        view.open_repairs[:] = [r for r in view.open_repairs if r.id != moved.id]
+        if not new.is_terminal:
+            view.open_repairs.append(moved)
+        view.moved.append(moved)
+        self._owned[moved.id] = new
+        if new.is_terminal:
+            self._owned.pop(moved.id, None)
+        return moved
+
+    def owns(self, repair: Repair, stale_after: float = _TAKEOVER_SECONDS) -> bool:
+        """True when this engine moved ``repair`` into its state (it does the state's work), or
+        nobody finished that work within ``stale_after`` seconds (its engine stopped)."""
+        if self._owned.get(repair.id) is repair.state:
+            return True
+        return (self._now() - repair.updated_at).total_seconds() > stale_after
+
+    def fail(self, repair: Repair, view: PassView, rule: str, error: str) -> Repair | None:
+        return self.move(repair, S.FAILED, view, rule, error, RepairUpdate(error=error[:1000]))
+
+    def audit(
+        self, kind: AuditKind, repair: Repair, payload: dict[str, Any], now: datetime
+    ) -> None:
+        event = repair_event(kind, now, self._cluster, repair.node, payload, repair.action.value)
+        self._store.append_audit(event)
+
+    def do(self, repair: Repair, step: str, work: Callable[[], object], **detail: Any) -> None:
+        """Run one command on the cluster, audited before and after; re-raises its error."""
+        payload = {"repair_id": repair.id, "step": step, **detail}
+        started = self._now()
+        self.audit(AuditKind.REPAIR_STEP_STARTED, repair, payload, started)
+        try:
+            work()
+        except MedicError as exc:
+            failed = {**payload, "error": str(exc), "permanent": isinstance(exc, PermanentError)}
+            self.audit(AuditKind.REPAIR_STEP_FAILED, repair, failed, self._now())
+            raise
+        done = self._now()
+        seconds = (done - started).total_seconds()
+        self.audit(AuditKind.REPAIR_STEP_SUCCEEDED, repair, {**payload, "seconds": seconds}, done)
+
+    def _resolve(self, repair: Repair, keys: set[str], outcome: RepairState) -> None:
+        """The repair fixed its faults: resolve its alerts (the scheduler's clear by themselves;
+        a failed validation's only when this repair's validation passed)."""
+        now = self._now()
+        for alert in self._store.list_alerts(cluster=self._cluster, node=repair.node):
+            if (
+                alert.key in keys
+                and alert.state is AlertState.FIRING
+                and alert.source is not AlertSource.SCHEDULER
+                and alert.id is not None
+            ):
+                self._store.resolve_alert(alert.id, now)
+                payload = {"key": alert.key, "repair_id": repair.id, "why": f"repair {outcome}"}
+                self.audit(AuditKind.ALERT_RESOLVED, repair, payload, now)
+
+    # ------------------------------------------------------------------ steps
+    def _start(self, repair: Repair, view: PassView) -> Repair | None:
+        if repair.requester_kind is not RequesterKind.USER:
+            evidence = has_evidence(_request(repair), view.firing.get(repair.node, []))
+            if not evidence:
+                return self.move(repair, S.CANCELLED, view, RULE_EVIDENCE, evidence.reason)
+        budget = within_budget(
+            view.cluster_nodes,
+            view.open_repairs,
+            view.pools,
+            repair.node,
+            view.policy,
+            candidate_id=repair.id,
+        )
+        if not budget:
+            return repair
+        climbed = repair.evidence.get("escalated_from") if repair.escalated_from is None else None
+        update = RepairUpdate(
+            wait_deadline=deadline(self._now(), view.policy),
+            escalated_from=RepairAction(climbed) if isinstance(climbed, str) else None,
+        )
+        return self.move(repair, S.CORDONED, view, RULE_BUDGET, budget.reason, update)
+
+    def _cordoned(self, repair: Repair, view: PassView) -> Repair | None:
+        reason = f"medic: repair {repair.id} {repair.action.value}"
+        node = view.nodes.get(repair.node)
+        if node is not None and node.state in OUT_OF_SERVICE and foreign(node.reason):
+            why = f"{node.name} was taken out of service by someone else ({node.reason!r})"
+            return self.fail(repair, view, "cordon-refused", f"cannot drain: {why}")
+        if not self.owns(repair):
+            return repair  # the engine that cordoned it drains it
+        if node is None or node.reason != reason or node.state not in OUT_OF_SERVICE:
+            try:
+                self.do(repair, "drain", lambda: self._scheduler.drain_node(repair.node, reason))
+            except PermanentError as exc:
+                return self.fail(repair, view, "cordon-refused", f"cannot drain: {exc}")
+            except MedicError:
+                return repair  # try again next pass
+        why = f"{repair.node} drained ({reason!r}); waiting for it to be idle"
+        return self.move(repair, S.WAITING_FOR_IDLE, view, "cordoned", why)
+
+    def _wait(self, repair: Repair, view: PassView) -> Repair | None:
+        node_jobs = [j for j in view.jobs if repair.node in j.nodes]
+        saved = view.policy.wait_mode is WaitMode.CHECKPOINT and self._checkpointed(
+            repair, running_jobs(node_jobs)
+        )
+        now = self._now()
+        decision = wait_decision(repair, node_jobs, view.policy, now, saved)
+        if not decision.proceed or self._hidden_jobs(repair, view, node_jobs, now):
+            return repair
+        jobs = decision.interrupted_jobs
+        update = RepairUpdate(interrupted_jobs=jobs) if jobs else None
+        extra = {"timed_out": decision.timed_out, "interrupted_jobs": list(jobs)}
+        moved = self.move(repair, S.DRAINING, view, decision.rule, decision.reason, update, **extra)
+        if moved is not None:
+            for job in jobs:
+                payload = {"repair_id": repair.id, "node": repair.node, "rule": decision.rule}
+                payload |= {"why": decision.reason, "timed_out": decision.timed_out}
+                event = repair_event(
+                    AuditKind.REPAIR_JOB_INTERRUPTED,
+                    now,
+                    self._cluster,
+                    repair.node,
+                    payload,
+                    repair.action.value,
+                    job=JobId(job),
+                )
+                self._store.append_audit(event)
+        return moved
+
+    @staticmethod
+    def _hidden_jobs(
+        repair: Repair, view: PassView, node_jobs: Sequence[Job], now: datetime
+    ) -> bool:
+        """The scheduler says jobs medic does not watch (not opted in) still run on the node:
+        hold like for a visible job, until the wait deadline."""
+        node = view.nodes.get(repair.node)
+        if node is None or node.state is not NodeState.DRAINING or running_jobs(node_jobs):
+            return False
+        until = repair.wait_deadline or deadline(repair.approved_at, view.policy)
+        return until is None or now < until
+
+    def _checkpointed(self, repair: Repair, running: Sequence[Job]) -> bool:
+        """True when every running job on the node saved a checkpoint since the wait began."""
+        base = self._baselines.setdefault(repair.id, {})
+        saved = bool(running)
+        for job in running:
+            attempts = self._store.list_attempts(self._cluster, job.id)
+            now_at = next(
+                (
+                    a.progress.last_checkpoint_step
+                    for a in attempts
+                    if a.number == job.restart_count
+                ),
+                None,
+            )
+            key = f"{job.id}/{job.restart_count}"
+            if key not in base:
+                base[key], saved = now_at, False
+            elif now_at is None or (base[key] is not None and now_at <= (base[key] or 0)):
+                saved = False
+        return saved
+
+    def _drain(self, repair: Repair, view: PassView) -> Repair | None:
+        node = repair.node
+        if not self.owns(repair):
+            return repair  # the engine that decided to take the node moves its jobs off
+        for job_id in repair.interrupted_jobs:
+            try:
+                job = self._scheduler.get_job(JobId(job_id))
+            except NotFoundError:
+                continue
+            except MedicError:
+                return repair
+            if not self._move_job_off(repair, job, view.exclusions):
+                return repair  # the scheduler did not answer: next pass
+        boot_id = self._boot_id(node)
+        why = f"jobs left {node}; boot id before: {boot_id or 'unknown'}"
+        return self.move(repair, S.EXECUTING, view, "drained", why, RepairUpdate(boot_id=boot_id))
+
+    def _move_job_off(self, repair: Repair, job: Job, exclusions: frozenset[NodeName]) -> bool:
+        """Requeue ``job`` held, exclude the node, release it (a step at a time, so a retry
+        finishes what a failure left). False: try again next pass."""
+        sched, node, mark = self._scheduler, repair.node, (repair.id, str(job.id))
+        on_node = node in job.nodes and not job.state.is_terminal
+        running = on_node and job.state is not JobState.PENDING
+        ours = job.state is JobState.PENDING and job.held and mark in self._requeued
+        if mark in self._refused or not (running or ours):
+            return True
+        excluded = frozenset(job.excluded_nodes | {node} | exclusions)
+        try:
+            if running:
+                self.do(repair, "requeue_hold", lambda: sched.requeue_hold(job.id), job=job.id)
+                self._requeued.add(mark)
+            self.do(
+                repair,
+                "exclude_nodes",
+                lambda: sched.set_excluded_nodes(job.id, excluded),
+                job=job.id,
+                nodes=sorted(excluded),
+            )
+            self.do(repair, "release", lambda: sched.release(job.id), job=job.id)
+            self._requeued.discard(mark)
+        except PermanentError:
+            self._refused.add(mark)  # recorded; the repair interrupts it
+        except MedicError:
+            return False
+        return True
+
+    def _boot_id(self, node: NodeName) -> str | None:
+        try:
+            return self._provider.boot_id(node)
+        except MedicError:
+            return None
+
+    def _execute(self, repair: Repair, view: PassView) -> Repair | None:
+        node, now = repair.node, self._now()
+        current = self._boot_id(node) if repair.boot_id is not None else None
+        if current is not None and current != repair.boot_id:
+            why = f"{node} booted since ({repair.boot_id} -> {current}): not executing again"
+            return self.move(repair, S.REJOINING, view, "boot-id-changed", why)
+        if self._owned.get(repair.id) is not S.EXECUTING:  # never taken over: fail instead
+            if (now - repair.updated_at).total_seconds() <= self._settings.rejoin_timeout_seconds:
+                return repair  # another engine is executing it
+            return self.fail(repair, view, "execution-lost", "execution never finished")
+        try:
+            self.do(
+                repair,
+                "execute",
+                lambda: self._provider.execute(node, repair.action, repair.id),
+                boot_id=repair.boot_id,
+            )
+        except PermanentError as exc:
+            return self.fail(repair, view, "execute-failed", str(exc))
+        except MedicError:
+            return repair  # the owner retries next pass (boot id checked first)
+        why = f"{repair.action.value} carried out on {node}; waiting for it to rejoin"
+        return self.move(repair, S.REJOINING, view, "executed", why)
+
+
+def _request(repair: Repair) -> RepairRequest:
+    return RepairRequest(
+        cluster=repair.cluster,
+        node=repair.node,
+        action=repair.action,
+        requested_by=repair.requested_by,
+        requester_kind=repair.requester_kind,
+        reason=repair.reason,
+        alert_keys=repair.alert_keys,
+    )

@@ -1,0 +1,109 @@
+"""Two repair engines (two control-plane replicas) on one store and one cluster: every write is
+a compare-and-set or an idempotent insert, so for each repair exactly one of them acts."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import replace
+
+from medic.config.settings import RepairSettings
+from medic.control.lifecycle import PassView
+from medic.control.repairs import RepairEngine
+from medic.domain.audit import AuditKind
+from medic.domain.cluster import NodeState
+from medic.domain.ids import NodeName
+from medic.domain.repairs import RepairAction, RepairState
+from medic.schedulers.hooks import run_command
+
+from .conftest import MakeHarness
+from .test_repairs_rig import LIFECYCLE, Rig, rig
+
+
+def _twin(r: Rig) -> RepairEngine:
+    """A second engine on the same store, scheduler and nodes (another replica)."""
+    return RepairEngine(
+        store=r.h.store,
+        scheduler=r.h.scheduler,
+        provider=r.h.sim.node_provider,
+        clock=r.h.clock,
+        settings=RepairSettings(rejoin_timeout_seconds=120),
+        validation_runner=run_command,
+    )
+
+
+def _race(engines: list[RepairEngine], r: Rig) -> None:
+    """One pass of every engine at the same time, on the same observations."""
+    nodes = list(r.h.sim.scheduler.list_nodes())
+    jobs = list(r.h.sim.scheduler.list_jobs())
+    found = r.h.loop._diagnoser.scan(r.h.logs.read_new(jobs))
+    gate = threading.Barrier(len(engines))
+    errors: list[BaseException] = []
+
+    def one(engine: RepairEngine) -> None:
+        gate.wait()
+        try:
+            engine.run_pass(nodes, jobs, found)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+
+
+def test_two_engines_racing_on_one_repair_only_one_acts(make_harness: MakeHarness) -> None:
+    r = rig(make_harness)
+    engines = [r.engine, _twin(r)]
+    boot = r.h.sim.node_provider.boot_id(NodeName("node004"))
+    r.kernel("node004")
+    for _ in range(60):
+        r.h.clock.advance(0.5)
+        _race(engines, r)
+        if any(x.state is RepairState.DONE for x in r.repairs("node004")):
+            break
+    repair = r.repair("node004")  # one recommendation, not two
+    assert repair.state is RepairState.DONE
+    # each transition happened (and was audited) once, in order
+    assert r.transitions(repair.id) == LIFECYCLE
+    # one drain, one reboot, one resume
+    assert Counter(r.h.scheduler.names("node004")) == {"drain_node": 1, "resume_node": 1}
+    assert [(n, a) for n, a, *_ in r.h.sim.repairs] == [("node004", RepairAction.REBOOT)]
+    executed = [
+        e for e in r.events(AuditKind.REPAIR_STEP_STARTED) if e.payload["step"] == "execute"
+    ]
+    assert len(executed) == 1
+    assert r.h.sim.node_provider.boot_id(NodeName("node004")) != boot
+    assert r.node("node004") == (NodeState.IDLE, None)
+    assert len(r.events(AuditKind.REPAIR_RECOMMENDED)) == 1
+
+
+def test_a_stale_engine_loses_the_compare_and_set_and_does_nothing(
+    make_harness: MakeHarness,
+) -> None:
+    r = rig(make_harness)
+    late = _twin(r)
+    r.kernel("node011")
+    r.h.run(0.5)  # engine one recommends (approved automatically) and starts it at once
+    moved_on = r.repair("node011")
+    assert moved_on.state in (RepairState.EXECUTING, RepairState.REJOINING)
+    # engine two read the repair while it was still approved, and tries to start it now
+    stale = replace(moved_on, state=RepairState.APPROVED)
+    nodes = {n.name: n for n in r.h.sim.scheduler.list_nodes()}
+    view = PassView(
+        now=r.h.clock.now(),
+        policy=r.h.store.get_repair_policy(stale.cluster),
+        nodes=nodes,
+        jobs=[],
+        firing={NodeName("node011"): r.alerts("node011")},
+        open_repairs=[stale],
+        cluster_nodes=len(nodes),
+        pools={},
+    )
+    commands = len(r.h.scheduler.calls)
+    assert late.lifecycle.advance(stale, view) == stale  # it lost: nothing moved
+    assert len(r.h.scheduler.calls) == commands and view.moved == []  # nothing issued
+    assert r.repair("node011").state is moved_on.state

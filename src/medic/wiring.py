@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from medic.config.settings import Settings
+from medic.control.external import SecondOpinion
 from medic.control.loop import ControlLoop
 from medic.control.repairs import RepairEngine
 from medic.control.services import Services
@@ -20,6 +21,7 @@ from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
+from medic.external.attribution_http import HttpAttributionProvider
 from medic.ports import Clock, FaultInjector, LogSource, NodeProvider, Scheduler, Store, Workload
 from medic.schedulers.cache import SnapshotCache
 from medic.schedulers.hooks import HookNodeProvider, hook_commands, run_command
@@ -109,6 +111,18 @@ def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: boo
     return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload, provider)
 
 
+def _second_opinion(settings: Settings, store: Store, clock: Clock) -> SecondOpinion | None:
+    """The external attribution service, when one is configured."""
+    if not settings.attribution.url:
+        return None
+    provider = HttpAttributionProvider(
+        settings.attribution.url,
+        timeout_s=settings.attribution.timeout_seconds,
+        name=settings.attribution.name,
+    )
+    return SecondOpinion(provider, store=store, clock=clock)
+
+
 def build(
     settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
 ) -> Services:
@@ -132,6 +146,7 @@ def build(
             signatures=diagnoser.signatures,
             drain_requests=parse_request if settings.scheduler.kind == "slurm" else None,
         )
+    second_opinion = _second_opinion(settings, store, clock)
     loop = ControlLoop(
         scheduler=parts.scheduler,
         logs=parts.logs,
@@ -141,7 +156,14 @@ def build(
         metrics=metrics,
         settings=settings,
         repairs=repairs,
+        second_opinion=second_opinion,
     )
+
+    def close() -> None:
+        if second_opinion is not None:
+            second_opinion.close()
+        store.close()
+
     return Services(
         settings=settings,
         cluster=parts.scheduler.cluster,
@@ -154,6 +176,6 @@ def build(
         loop=loop,
         injector=parts.injector,
         workload=parts.workload,
-        close=getattr(store, "close", lambda: None),
+        close=close,
         repairs=repairs,
     )

@@ -14,6 +14,7 @@ from medic.domain.cluster import Mode
 
 __all__ = [
     "ApiSettings",
+    "AttributionSettings",
     "ControllerSettings",
     "DetectSettings",
     "LoopSettings",
@@ -148,6 +149,17 @@ class ControllerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AttributionSettings:
+    url: str = ""
+    """URL of an external attribution service (HTTP POST, JSON); its verdict on each failure is
+    recorded beside medic's as an ``external-verdict`` audit event. Empty: none."""
+    timeout_seconds: float = 5.0
+    """Seconds to wait for the external attribution service (it never delays medic's decision)."""
+    name: str = "external"
+    """Name of the external attribution service in the audit trail."""
+
+
+@dataclass(frozen=True, slots=True)
 class ApiSettings:
     host: str = "127.0.0.1"
     """Address ``medic serve`` binds; loopback unless told otherwise."""
@@ -213,5 +225,6 @@ class Settings:
     detect: DetectSettings = field(default_factory=DetectSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     loop: LoopSettings = field(default_factory=LoopSettings)
+    attribution: AttributionSettings = field(default_factory=AttributionSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     repair: RepairSettings = field(default_factory=RepairSettings)

@@ -118,6 +118,8 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "slurm.snapshot_seconds": NON_NEGATIVE,
     "controller.watchdog_timeout_seconds": POSITIVE,
     "controller.poll_seconds": POSITIVE,
+    "attribution.timeout_seconds": POSITIVE,
+    "attribution.name": NonEmpty(),
     "api.host": NonEmpty(),
     "api.port": PORT,
     "repair.hook_timeout_seconds": POSITIVE,

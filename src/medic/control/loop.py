@@ -26,6 +26,7 @@ from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
 from medic.control import records
 from medic.control.executor import Controller
+from medic.control.external import SecondOpinion
 from medic.control.watch import JobWatch
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest
 from medic.domain.audit import AuditKind
@@ -90,8 +91,10 @@ class ControlLoop:
         metrics: Metrics,
         settings: Settings,
         repairs: NodeRepairs | None = None,
+        second_opinion: SecondOpinion | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._second_opinion = second_opinion
         self._repairs = repairs
         self._logs = logs
         self._store = store
@@ -359,6 +362,8 @@ class ControlLoop:
         advice = self._store.publish_advice(request, now)
         self._metrics.advice(self._cluster, advice.action.value)
         self._store.append_audit(records.advice_event(advice, verdict, now))
+        if self._second_opinion is not None:
+            self._second_opinion.ask(job, verdict, evidence)
         watch.decided = request.action is not AdviceAction.EXCLUDE_NEXT
 
     # ------------------------------------------------------------------ act + verify

@@ -17,6 +17,7 @@ class AuditKind(enum.StrEnum):
 
     DETECTION = "detection"
     VERDICT = "verdict"
+    EXTERNAL_VERDICT = "external-verdict"
     ADVICE = "advice"
     ACTION_STARTED = "action-started"
     ACTION_SUCCEEDED = "action-succeeded"

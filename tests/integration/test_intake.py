@@ -17,16 +17,18 @@ from medic.control.intake import (
     EvidenceRequired,
     GuardrailRefused,
     RepairInProgress,
+    detector_alert_key,
+    node_pools,
+    submit_repair,
+)
+from medic.control.repair_decisions import (
     approve_repair,
     cancel_repair,
     check_policy,
-    detector_alert_key,
-    node_pools,
     put_policy,
     record_invalid_request,
     reject_repair,
     reset_breaker,
-    submit_repair,
 )
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Node, NodeState

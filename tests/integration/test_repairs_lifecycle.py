@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from medic.config.settings import RepairSettings
-from medic.control import intake
+from medic.control import intake, repair_decisions
 from medic.domain.advice import AdviceAction
 from medic.domain.audit import AuditKind, SubjectType
 from medic.domain.cluster import JobState, Mode, NodeState
@@ -68,7 +68,7 @@ def test_a_job_fault_becomes_a_pending_repair_that_runs_once_approved(
     h.run(5.0)
     assert r.repair(faulty).state is RepairState.PENDING_APPROVAL
     assert r.h.sim.repairs == []
-    intake.approve_repair(h.store, pending.id, "alice", h.clock.now())
+    repair_decisions.approve_repair(h.store, pending.id, "alice", h.clock.now())
     done = r.run_until_state(faulty, RepairState.DONE, within=30)
     assert done.approved_by == "alice"
     assert r.transitions(done.id) == LIFECYCLE
@@ -225,7 +225,7 @@ def test_revalidation_pass_fail_and_abort(make_harness: MakeHarness, tmp_path: P
     )
     assert created
     if again.state is RepairState.PENDING_APPROVAL:
-        intake.approve_repair(h.store, again.id, "alice", h.clock.now())
+        repair_decisions.approve_repair(h.store, again.id, "alice", h.clock.now())
     done = r.run_until_state("node005", RepairState.DONE, within=30)
     assert done.id == again.id
     assert h.store.list_validations(done.id)[0].outcome is ValidationOutcome.PASS

@@ -56,14 +56,16 @@ from medic.control.intake import (
     Actor,
     EvidenceRequired,
     IntakeStore,
+    node_pools,
+    submit_repair,
+)
+from medic.control.repair_decisions import (
     approve_repair,
     cancel_repair,
     change_action,
-    node_pools,
     put_policy,
     reject_repair,
     reset_breaker,
-    submit_repair,
 )
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role

@@ -626,7 +626,7 @@ class RepairDetailOut(RepairOut):
 
 class RepairPolicyIn(ActorIn):
     """A cluster's whole repair policy (a field left out takes its default). Ranges, known
-    actions and Xid codes are checked by ``medic.control.intake.check_policy``."""
+    actions and Xid codes are checked by ``medic.control.repair_decisions.check_policy``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

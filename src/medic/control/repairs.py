@@ -17,7 +17,7 @@ triggered: any pass can be rerun, and several engines can share one store. Each 
    ``medic:<node>:<n>``, so two engines create one repair); a skip is audited when its rule
    changes. After each automatic approval the breaker
    is evaluated (automatic repairs since its last reset) and tripped: automatic approval pauses
-   until a person resets it (:func:`medic.control.intake.reset_breaker`);
+   until a person resets it (:func:`medic.control.repair_decisions.reset_breaker`);
 4. **lifecycle** (:class:`~medic.control.lifecycle.Lifecycle`) of every approved repair;
 5. **node health** and the nodes job recovery must avoid (:meth:`placement_exclusions`).
 """

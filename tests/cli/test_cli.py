@@ -198,7 +198,9 @@ def test_jobs_json_lists_every_job_with_its_advice(populated: Populated) -> None
 
 
 def test_jobs_json_has_the_api_fields(populated: Populated) -> None:
-    from medic.api.schemas import JobOut
+    from medic.api.schemas import (
+        JobOut,
+    )
 
     rows = invoke_json(["jobs"], populated.env())
 

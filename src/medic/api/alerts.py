@@ -25,7 +25,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from medic.api.auth import READERS, require
 from medic.api.problems import Forbidden
-from medic.api.schemas import AGENT_PREFIX, AlertIn, AlertOut
+from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName

@@ -26,7 +26,9 @@ from medic.api.problems import install_problem_handlers
 from medic.api.repairs import router as repairs_router
 from medic.api.routes import router
 from medic.api.sanitize import NulReplacing
-from medic.api.schemas import ReadyOut
+from medic.api.schemas_auth import (
+    ReadyOut,
+)
 from medic.api.session import router as session_router
 from medic.console import mount_console
 from medic.control.services import Services

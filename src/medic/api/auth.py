@@ -35,7 +35,11 @@ from fastapi import APIRouter, Depends, Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
-from medic.api.schemas import TokenCreatedOut, TokenIn, TokenOut
+from medic.api.schemas_auth import (
+    TokenCreatedOut,
+    TokenIn,
+    TokenOut,
+)
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import (

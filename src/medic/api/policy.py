@@ -20,7 +20,10 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Query, Request
 
 from medic.api.auth import READERS, require
-from medic.api.schemas import ModesIn, ModesOut
+from medic.api.schemas_auth import (
+    ModesIn,
+    ModesOut,
+)
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Principal, Role

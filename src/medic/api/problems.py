@@ -20,7 +20,9 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from medic.api.schemas import Problem
+from medic.api.schemas import (
+    Problem,
+)
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.errors import (

@@ -40,7 +40,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from medic.api.auth import READERS, require
 from medic.api.problems import Forbidden
-from medic.api.schemas import (
+from medic.api.schemas_repairs import (
     ActionChangeIn,
     ApproveIn,
     BreakerOut,

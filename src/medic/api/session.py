@@ -29,7 +29,10 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from medic.api.auth import CSRF_HEADER, SESSION_COOKIE, require, token_store
 from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
-from medic.api.schemas import SessionIn, SessionOut
+from medic.api.schemas_auth import (
+    SessionIn,
+    SessionOut,
+)
 from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import SESSION_TTL, Principal, Session, hash_secret

@@ -12,7 +12,12 @@ from typing import Annotated
 
 import typer
 
-from medic.api.schemas import AdviceOut, AuditOut, JobOut, NodeOut
+from medic.api.schemas import (
+    AdviceOut,
+    AuditOut,
+    JobOut,
+    NodeOut,
+)
 from medic.cli.common import emit, settings_of
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, JobId

@@ -15,7 +15,9 @@ from typing import Annotated
 import typer
 
 from medic.api.auth import issue_token, revoke_token, token_store
-from medic.api.schemas import TokenOut
+from medic.api.schemas_auth import (
+    TokenOut,
+)
 from medic.cli.common import emit, settings_of
 from medic.domain.auth import Role
 from medic.errors import ConflictError, InputError, NotFoundError

@@ -1,0 +1,370 @@
+"""API models for node health: alerts from agents and detectors, repairs, the repair policy and
+the circuit breaker. Separate from the store's tables and the domain types.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from medic.api.schemas import (
+    MAX_PAYLOAD_BYTES,
+    Name,
+    Reason,
+    Request,
+)
+from medic.domain.diagnosis import Severity
+from medic.domain.repairs import (
+    Alert,
+    AlertState,
+    Breaker,
+    Repair,
+    RepairAction,
+    RepairPolicy,
+    ValidationResult,
+    WaitMode,
+)
+
+# --- node health alerts (agent and detectors) -------------------------------------------------
+AlertKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-z0-9_.:-]+$")]
+"""Stable identity of a signal: ``agent:ecc_dbe``, ``xid:79``, ``sig:<signature id>``."""
+DetectorName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\w.:@+-]+$")]
+AGENT_PREFIX = "agent:"
+
+
+class AlertIn(Request):
+    """One health finding on one node. The source is ``agent`` when ``detector`` starts with
+    ``agent:`` (``medic agent``), else ``detector``; the repair engine, not the caller, maps it to
+    an action."""
+
+    cluster: Name
+    node: Name
+    key: AlertKey
+    detector: DetectorName
+    summary: Annotated[str, Field(min_length=1, max_length=200)]
+    description: Annotated[str, Field(max_length=4000)] = ""
+    severity: Severity = Severity.WARNING
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    xid: int | None = Field(default=None, ge=0, le=65535)
+    state: AlertState = AlertState.FIRING
+
+    @field_validator("evidence")
+    @classmethod
+    def _small(cls, evidence: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(evidence, default=str).encode()) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"evidence larger than {MAX_PAYLOAD_BYTES} bytes of JSON")
+        return evidence
+
+    @field_validator("xid")
+    @classmethod
+    def _xid_matches_key(cls, xid: int | None, info: Any) -> int | None:
+        key = info.data.get("key")
+        xid_key = isinstance(key, str) and key.startswith("xid:")
+        if xid is not None and xid_key and key != f"xid:{xid}":
+            raise ValueError(f"xid {xid} does not match key {key!r}")
+        return xid
+
+    @property
+    def key_xid(self) -> int | None:
+        """``xid``, or the code of an ``xid:<code>`` key."""
+        if self.xid is not None:
+            return self.xid
+        code = self.key.removeprefix("xid:")
+        return int(code) if self.key.startswith("xid:") and code.isdigit() else None
+
+
+class AlertOut(BaseModel):
+    id: int | None
+    cluster: str
+    node: str
+    key: str
+    source: str
+    summary: str
+    description: str
+    severity: str
+    evidence: dict[str, Any]
+    detector: str
+    mapped_action: str | None
+    xid: int | None
+    state: str
+    first_seen: datetime | None
+    last_seen: datetime | None
+    count: int
+
+    @classmethod
+    def of(cls, a: Alert) -> AlertOut:
+        return cls(
+            id=a.id,
+            cluster=a.cluster,
+            node=a.node,
+            key=a.key,
+            source=a.source.value,
+            summary=a.summary,
+            description=a.description,
+            severity=a.severity.value,
+            evidence=dict(a.evidence),
+            detector=a.detector,
+            mapped_action=a.mapped_action.value if a.mapped_action else None,
+            xid=a.xid,
+            state=a.state.value,
+            first_seen=a.first_seen,
+            last_seen=a.last_seen,
+            count=a.count,
+        )
+
+
+# --- node repairs, repair policy and circuit breaker (repair API) -----------------------------
+RequestId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\w.:@+/-]+$")]
+"""A client's idempotency key for one repair request (``ticket-4711``, a UUID)."""
+ActorName = Annotated[str, Field(min_length=1, max_length=140, pattern=r"^[\w.:@+-]+$")]
+"""``alice``, ``user:alice``, ``detector:nvsentinel`` or a node agent's ``agent:node7``."""
+ActorKind = Literal["user", "detector"]
+Note = Annotated[str, Field(min_length=1, max_length=1000)]
+CheckName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
+
+
+class ActorIn(Request):
+    """Who acts, when not given by the ``X-Medic-Actor`` header (until authentication lands)."""
+
+    actor: ActorName | None = None
+    actor_kind: ActorKind | None = None
+
+
+class RepairIn(Request):
+    """Ask for one repair of one node. A detector names a ``request_id`` (required) and the
+    failed ``check``; a repeat of (``requested_by``, ``request_id``) returns the first repair."""
+
+    cluster: Name
+    node: Name
+    action: RepairAction
+    reason: Reason
+    request_id: RequestId | None = None
+    requested_by: ActorName | None = None
+    """Falls back to the ``X-Medic-Actor`` header."""
+    requester_kind: ActorKind | None = None
+    alert_keys: list[AlertKey] = Field(default_factory=list, max_length=32)
+    """Evidence: alerts firing on the node that this repair answers."""
+    check: CheckName | None = None
+    """A detector's failed check (its alert key is ``detector:<name>:<check>``)."""
+    severity: Severity | None = None
+    xid: int | None = Field(default=None, ge=0, le=65535)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    """Evidence refs (log excerpts, URLs, test output), stored with the alert and the repair."""
+
+    @field_validator("evidence")
+    @classmethod
+    def _small_evidence(cls, evidence: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(evidence, default=str).encode()) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"evidence larger than {MAX_PAYLOAD_BYTES} bytes of JSON")
+        return evidence
+
+
+class ApproveIn(ActorIn):
+    action: RepairAction | None = None
+    """Approve with this action instead of the requested one (removal included)."""
+    reason: Note | None = None
+
+
+class DecisionIn(ActorIn):
+    reason: Note | None = None
+
+
+class ActionChangeIn(ActorIn):
+    action: RepairAction
+    reason: Note | None = None
+
+
+class ValidationOut(BaseModel):
+    outcome: str
+    time: datetime
+    ticket: str | None
+    tests: list[dict[str, Any]]
+    """``{"name", "passed", "log"}`` for each validation command."""
+
+    @classmethod
+    def of(cls, v: ValidationResult) -> ValidationOut:
+        return cls(
+            outcome=v.outcome.value,
+            time=v.time,
+            ticket=v.ticket,
+            tests=[{"name": n, "passed": p, "log": log} for n, p, log in v.tests],
+        )
+
+
+class RepairOut(BaseModel):
+    id: int
+    cluster: str
+    node: str
+    action: str
+    state: str
+    requested_by: str
+    requester_kind: str
+    request_id: str | None
+    reason: str
+    alert_keys: list[str]
+    xid: int | None
+    rule: str | None
+    approved_by: str | None
+    approved_at: datetime | None
+    wait_deadline: datetime | None
+    interrupted_jobs: list[str]
+    escalated_from: str | None
+    error: str | None
+    evidence: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, r: Repair) -> RepairOut:
+        return cls(
+            id=r.id,
+            cluster=r.cluster,
+            node=r.node,
+            action=r.action.value,
+            state=r.state.value,
+            requested_by=r.requested_by,
+            requester_kind=r.requester_kind.value,
+            request_id=r.request_id,
+            reason=r.reason,
+            alert_keys=list(r.alert_keys),
+            xid=r.xid,
+            rule=r.rule,
+            approved_by=r.approved_by,
+            approved_at=r.approved_at,
+            wait_deadline=r.wait_deadline,
+            interrupted_jobs=list(r.interrupted_jobs),
+            escalated_from=r.escalated_from.value if r.escalated_from else None,
+            error=r.error,
+            evidence=dict(r.evidence),
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+        )
+
+
+class RepairDetailOut(RepairOut):
+    validations: list[ValidationOut]
+
+    @classmethod
+    def with_validations(cls, r: Repair, vs: list[ValidationResult]) -> RepairDetailOut:
+        return cls(**RepairOut.of(r).model_dump(), validations=[ValidationOut.of(v) for v in vs])
+
+
+class RepairPolicyIn(ActorIn):
+    """A cluster's whole repair policy (a field left out takes its default). Ranges, known
+    actions and Xid codes are checked by ``medic.control.repair_decisions.check_policy``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    auto_actions: list[RepairAction] = Field(default_factory=list, max_length=16)
+    auto_xids: list[int] = Field(default_factory=list, max_length=256)
+    wait_mode: WaitMode = WaitMode.IDLE
+    max_wait_seconds: float = 7200.0
+    cooldown_seconds: float = 1800.0
+    persistence_seconds: float = 0.0
+    persistence_overrides: dict[str, float] = Field(default_factory=dict, max_length=256)
+    max_concurrent_fraction: float = 0.05
+    breaker_fraction: float = 0.10
+    breaker_window_seconds: float = 600.0
+    detector_cap_per_hour: int = 50
+    validate_after: list[RepairAction] = Field(
+        default_factory=lambda: [RepairAction.MIGRATE], max_length=16
+    )
+
+    def to_policy(self) -> RepairPolicy:
+        return RepairPolicy(
+            auto_actions=frozenset(self.auto_actions),
+            auto_xids=frozenset(self.auto_xids),
+            wait_mode=self.wait_mode,
+            max_wait_seconds=self.max_wait_seconds,
+            cooldown_seconds=self.cooldown_seconds,
+            persistence_seconds=self.persistence_seconds,
+            persistence_overrides=dict(self.persistence_overrides),
+            max_concurrent_fraction=self.max_concurrent_fraction,
+            breaker_fraction=self.breaker_fraction,
+            breaker_window_seconds=self.breaker_window_seconds,
+            detector_cap_per_hour=self.detector_cap_per_hour,
+            validate_after=frozenset(self.validate_after),
+        )
+
+
+class RepairPolicyOut(BaseModel):
+    cluster: str
+    auto_actions: list[str]
+    auto_xids: list[int]
+    wait_mode: str
+    max_wait_seconds: float
+    cooldown_seconds: float
+    persistence_seconds: float
+    persistence_overrides: dict[str, float]
+    max_concurrent_fraction: float
+    breaker_fraction: float
+    breaker_window_seconds: float
+    detector_cap_per_hour: int
+    validate_after: list[str]
+
+    @classmethod
+    def of(cls, cluster: str, p: RepairPolicy) -> RepairPolicyOut:
+        return cls(
+            cluster=cluster,
+            auto_actions=sorted(a.value for a in p.auto_actions),
+            auto_xids=sorted(p.auto_xids),
+            wait_mode=p.wait_mode.value,
+            max_wait_seconds=p.max_wait_seconds,
+            cooldown_seconds=p.cooldown_seconds,
+            persistence_seconds=p.persistence_seconds,
+            persistence_overrides=dict(sorted(p.persistence_overrides.items())),
+            max_concurrent_fraction=p.max_concurrent_fraction,
+            breaker_fraction=p.breaker_fraction,
+            breaker_window_seconds=p.breaker_window_seconds,
+            detector_cap_per_hour=p.detector_cap_per_hour,
+            validate_after=sorted(a.value for a in p.validate_after),
+        )
+
+
+class BreakerOut(BaseModel):
+    cluster: str
+    tripped: bool
+    tripped_at: datetime | None
+    reason: str | None
+    reset_by: str | None
+    reset_at: datetime | None
+
+    @classmethod
+    def of(cls, b: Breaker) -> BreakerOut:
+        return cls(
+            cluster=b.cluster,
+            tripped=b.tripped,
+            tripped_at=b.tripped_at,
+            reason=b.reason,
+            reset_by=b.reset_by,
+            reset_at=b.reset_at,
+        )
+
+
+class BreakerResetIn(ActorIn):
+    cluster: Name | None = None
+    """Default: the cluster this medic watches."""
+    reason: Note | None = None
+
+
+# The repair API's names, appended apart from the list above.
+__all__ = [
+    "AGENT_PREFIX",
+    "ActionChangeIn",
+    "ActorIn",
+    "AlertIn",
+    "AlertOut",
+    "ApproveIn",
+    "BreakerOut",
+    "BreakerResetIn",
+    "DecisionIn",
+    "RepairDetailOut",
+    "RepairIn",
+    "RepairOut",
+    "RepairPolicyIn",
+    "RepairPolicyOut",
+    "ValidationOut",
+]

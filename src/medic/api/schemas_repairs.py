@@ -127,7 +127,7 @@ CheckName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]
 
 
 class ActorIn(Request):
-    """Who acts, when not given by the ``X-Medic-Actor`` header (until authentication lands)."""
+    """Who acts: optional, and when given it must be the authenticated principal."""
 
     actor: ActorName | None = None
     actor_kind: ActorKind | None = None
@@ -143,7 +143,7 @@ class RepairIn(Request):
     reason: Reason
     request_id: RequestId | None = None
     requested_by: ActorName | None = None
-    """Falls back to the ``X-Medic-Actor`` header."""
+    """Optional; when given it must be the authenticated principal."""
     requester_kind: ActorKind | None = None
     alert_keys: list[AlertKey] = Field(default_factory=list, max_length=32)
     """Evidence: alerts firing on the node that this repair answers."""

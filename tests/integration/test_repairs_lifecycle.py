@@ -5,6 +5,8 @@ job-aware rules (job recovery avoids nodes under repair; interrupted jobs are re
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -289,3 +291,46 @@ def test_a_retry_never_repeats_an_action_on_a_machine_that_already_came_back(
     skipped = [t for t in r.events(AuditKind.REPAIR_TRANSITION) if t.payload["to"] == "rejoining"]
     assert skipped[0].payload["rule"] == "boot-id-changed"
     assert [(n, a) for n, a, *_ in h.sim.repairs] == [("node009", RepairAction.REBOOT)]
+
+
+class _SlowHook(SimNodeProvider):
+    """An operator's hook that takes a while (a reprovision): the action is applied at once,
+    then the call returns only when the test opens ``gate``."""
+
+    gate = threading.Event()
+
+    def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
+        super().execute(node, action, repair_id)
+        assert type(self).gate.wait(timeout=30), "the test never opened the gate"
+
+
+def test_a_slow_action_runs_off_the_loop_and_job_recovery_goes_on(
+    make_harness: MakeHarness,
+) -> None:
+    _SlowHook.gate.clear()
+    r = rig(make_harness, provider=_SlowHook)
+    h = r.h
+    job = h.submit("pretrain", partition="p0")
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    r.kernel("node009")
+    r.run_until_state("node009", RepairState.EXECUTING, within=5)
+    started = time.monotonic()
+    h.run(3.0, step=0.5)  # six passes while the hook runs
+    assert time.monotonic() - started < 5, "a pass waits at most the settle time for a step"
+    assert r.repair("node009").state is RepairState.EXECUTING
+
+    # job recovery is not held up behind the node's repair
+    h.inject(FaultKind.GPU_FELL_OFF_BUS, job, h.job(job).nodes[0])
+    h.run_until(lambda: h.job(job).restart_count == 1, within=30)
+
+    _SlowHook.gate.set()
+    done = r.run_until_state("node009", RepairState.DONE, within=30)
+    steps = [
+        (e.kind, e.payload["step"])
+        for e in r.events()
+        if e.payload.get("repair_id") == done.id and e.payload.get("step") == "execute"
+    ]
+    assert steps == [
+        (AuditKind.REPAIR_STEP_STARTED, "execute"),
+        (AuditKind.REPAIR_STEP_SUCCEEDED, "execute"),
+    ], "started once, collected once"

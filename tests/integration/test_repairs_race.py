@@ -7,17 +7,19 @@ import threading
 from collections import Counter
 from dataclasses import replace
 
+import pytest
+
 from medic.config.settings import RepairSettings
 from medic.control.lifecycle import PassView
 from medic.control.repairs import RepairEngine
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import NodeState
+from medic.domain.cluster import JobState, Mode, NodeState
 from medic.domain.ids import NodeName
-from medic.domain.repairs import RepairAction, RepairState
+from medic.domain.repairs import RepairAction, RepairPolicy, RepairState
 from medic.schedulers.hooks import run_command
 
-from .conftest import MakeHarness
-from .test_repairs_rig import LIFECYCLE, Rig, rig
+from .conftest import Crash, MakeHarness
+from .test_repairs_rig import LIFECYCLE, Rig, replace_engine, rig
 
 
 def _twin(r: Rig) -> RepairEngine:
@@ -107,3 +109,49 @@ def test_a_stale_engine_loses_the_compare_and_set_and_does_nothing(
     assert late.lifecycle.advance(stale, view) == stale  # it lost: nothing moved
     assert len(r.h.scheduler.calls) == commands and view.moved == []  # nothing issued
     assert r.repair("node011").state is moved_on.state
+
+
+def test_a_medic_killed_between_hold_and_release_releases_the_job_after_restart(
+    make_harness: MakeHarness,
+) -> None:
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=0)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)  # the job stays until the repair
+    h = r.h
+    job = h.submit("pretrain", partition="p1")
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    node = h.job(job).nodes[0]
+    r.kernel(node)
+    r.run_until_state(node, RepairState.WAITING_FOR_IDLE, within=5)
+    h.scheduler.crash_after = h.scheduler.attempted + 1  # killed right after the next command
+    with pytest.raises(Crash):
+        h.run(30.0, step=0.5)
+    assert h.scheduler.names(job) == ["requeue_hold"]
+    assert h.job(job).state is JobState.PENDING and h.job(job).held, "left held by the crash"
+
+    # a new medic process: nothing in memory, only the store (and its audit trail)
+    h.scheduler.crash_after = None
+    h.loop = replace_engine(r, _twin(r))
+    done = r.run_until_state(node, RepairState.DONE, within=300)  # takes the drain over
+    assert h.scheduler.names(job) == ["requeue_hold", "set_excluded_nodes", "release"]
+    assert not h.job(job).held and node in h.job(job).excluded_nodes
+    assert done.interrupted_jobs == (job,)
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=60)
+    assert node not in h.job(job).nodes
+
+
+def test_a_hold_the_trail_does_not_attribute_to_the_repair_is_left_alone(
+    make_harness: MakeHarness,
+) -> None:
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=0)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    h = r.h
+    job = h.submit("pretrain", partition="p1")
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    node = h.job(job).nodes[0]
+    r.kernel(node)
+    r.run_until_state(node, RepairState.WAITING_FOR_IDLE, within=5)
+    h.sim.scheduler.requeue_hold(job)  # a person holds it first, outside medic
+    h.loop = replace_engine(r, _twin(r))
+    r.run_until_state(node, RepairState.DONE, within=300)
+    assert h.scheduler.names(job) == [], "medic never released someone else's hold"
+    assert h.job(job).held

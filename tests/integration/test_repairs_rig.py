@@ -34,7 +34,7 @@ from medic.wiring import build
 
 from .conftest import CLUSTER, SIM, Harness, MakeHarness
 
-__all__ = ["LIFECYCLE", "XID79", "Rig", "rig"]
+__all__ = ["LIFECYCLE", "XID79", "Rig", "replace_engine", "rig"]
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
 LIFECYCLE = [
@@ -142,6 +142,21 @@ def rig(
         repairs=engine,
     )
     return Rig(h, engine, metrics)
+
+
+def replace_engine(r: Rig, engine: RepairEngine) -> ControlLoop:
+    """A restarted medic: a fresh loop around ``engine`` (nothing kept in memory)."""
+    r.engine = engine
+    return ControlLoop(
+        scheduler=r.h.scheduler,
+        logs=r.h.logs,
+        store=r.h.store,
+        diagnoser=SignatureDiagnoser(),
+        clock=r.h.clock,
+        metrics=r.metrics,
+        settings=r.h.settings,
+        repairs=engine,
+    )
 
 
 def test_an_xid_79_on_an_idle_node_is_repaired_by_a_reboot(make_harness: MakeHarness) -> None:

@@ -7,8 +7,9 @@ when there is none). ``GET /api/v1/alerts`` lists them; ``unmapped=true`` gives 
 repair action is mapped to (recorded and listed, never repaired).
 
 The source is ``agent`` for a ``detector`` named ``agent:...``, ``detector`` otherwise; times are
-the API's clock, never the caller's. ``mapped_action`` is left empty here: mapping a signal to
-the lightest repair is the repair engine's job.
+the API's clock, never the caller's. ``mapped_action`` is the lightest repair for the signal
+(``medic.policy.lightest.mapped_action``, the same mapping the repair engine applies), stored so
+that ``unmapped=true`` lists exactly the alerts no repair will ever come from.
 
 **Who posts**: a detector's token (or an admin's), and only as itself: ``detector`` must be the
 token's name or a name under it (``<token name>:<part>``), so one token named ``agent`` serves
@@ -19,6 +20,7 @@ stored ``detector`` under the same name). Reading alerts needs a viewer's or ope
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -31,6 +33,7 @@ from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState
 from medic.errors import NotFoundError, TransientError
+from medic.policy.lightest import mapped_action
 from medic.ports import RepairStore
 
 __all__ = ["router"]
@@ -111,7 +114,7 @@ def post_alert(
         xid=body.key_xid,
         state=AlertState.FIRING,
     )
-    return AlertOut.of(store.upsert_alert(alert, now))
+    return AlertOut.of(store.upsert_alert(replace(alert, mapped_action=mapped_action(alert)), now))
 
 
 @router.get("/alerts", response_model=list[AlertOut], dependencies=[Depends(require(*READERS))])

@@ -27,7 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from medic.config.settings import RepairSettings
+from medic.control.evacuate import Evacuation
 from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
+from medic.control.steps import Steps
 from medic.control.validation import (
     OUT_OF_SERVICE,
     VALIDATION_ALERT,
@@ -36,7 +38,7 @@ from medic.control.validation import (
     foreign,
 )
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import Job, JobState, NodeState
+from medic.domain.cluster import Job, NodeState
 from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import (
     AlertSource,
@@ -86,6 +88,8 @@ class Lifecycle:
         self._settings = settings
         self._metrics = metrics
         self._cluster = scheduler.cluster
+        self.steps = Steps(self.audit, clock)
+        """Runs the commands; slow ones (the action, the validation suite) off the loop."""
         self._owned: dict[int, RepairState] = {}
         """The state this engine moved each repair into: only the owner acts in it."""
         self._back = ReturnToService(
@@ -97,8 +101,7 @@ class Lifecycle:
             settings=settings,
             validator=validator,
         )
-        self._requeued: set[tuple[int, str]] = set()
-        self._refused: set[tuple[int, str]] = set()
+        self._evacuation = Evacuation(scheduler, store, self.do)
         self._baselines: dict[int, dict[str, int | None]] = {}
         self._steps: dict[RepairState, Callable[[Repair, PassView], Repair | None]] = {
             S.APPROVED: self._start,
@@ -178,19 +181,8 @@ class Lifecycle:
         self._store.append_audit(event)
 
     def do(self, repair: Repair, step: str, work: Callable[[], object], **detail: Any) -> None:
-        """Run one command on the cluster, audited before and after; re-raises its error."""
-        payload = {"repair_id": repair.id, "step": step, **detail}
-        started = self._now()
-        self.audit(AuditKind.REPAIR_STEP_STARTED, repair, payload, started)
-        try:
-            work()
-        except MedicError as exc:
-            failed = {**payload, "error": str(exc), "permanent": isinstance(exc, PermanentError)}
-            self.audit(AuditKind.REPAIR_STEP_FAILED, repair, failed, self._now())
-            raise
-        done = self._now()
-        seconds = (done - started).total_seconds()
-        self.audit(AuditKind.REPAIR_STEP_SUCCEEDED, repair, {**payload, "seconds": seconds}, done)
+        """Run one quick command on the cluster in this pass, audited before and after."""
+        self.steps.now(repair, step, work, **detail)
 
     def _resolve(self, repair: Repair, keys: set[str], outcome: RepairState) -> None:
         """The repair fixed its faults: resolve its alerts (the scheduler's clear by themselves;
@@ -321,40 +313,11 @@ class Lifecycle:
                 continue
             except MedicError:
                 return repair
-            if not self._move_job_off(repair, job, view.exclusions):
+            if not self._evacuation.move_off(repair, job, view.exclusions):
                 return repair  # the scheduler did not answer: next pass
         boot_id = self._boot_id(node)
         why = f"jobs left {node}; boot id before: {boot_id or 'unknown'}"
         return self.move(repair, S.EXECUTING, view, "drained", why, RepairUpdate(boot_id=boot_id))
-
-    def _move_job_off(self, repair: Repair, job: Job, exclusions: frozenset[NodeName]) -> bool:
-        """Requeue ``job`` held, exclude the node, release it (a step at a time, so a retry
-        finishes what a failure left). False: try again next pass."""
-        sched, node, mark = self._scheduler, repair.node, (repair.id, str(job.id))
-        on_node = node in job.nodes and not job.state.is_terminal
-        running = on_node and job.state is not JobState.PENDING
-        ours = job.state is JobState.PENDING and job.held and mark in self._requeued
-        if mark in self._refused or not (running or ours):
-            return True
-        excluded = frozenset(job.excluded_nodes | {node} | exclusions)
-        try:
-            if running:
-                self.do(repair, "requeue_hold", lambda: sched.requeue_hold(job.id), job=job.id)
-                self._requeued.add(mark)
-            self.do(
-                repair,
-                "exclude_nodes",
-                lambda: sched.set_excluded_nodes(job.id, excluded),
-                job=job.id,
-                nodes=sorted(excluded),
-            )
-            self.do(repair, "release", lambda: sched.release(job.id), job=job.id)
-            self._requeued.discard(mark)
-        except PermanentError:
-            self._refused.add(mark)  # recorded; the repair interrupts it
-        except MedicError:
-            return False
-        return True
 
     def _boot_id(self, node: NodeName) -> str | None:
         try:
@@ -364,7 +327,8 @@ class Lifecycle:
 
     def _execute(self, repair: Repair, view: PassView) -> Repair | None:
         node, now = repair.node, self._now()
-        current = self._boot_id(node) if repair.boot_id is not None else None
+        in_flight = self.steps.running(repair, "execute")
+        current = self._boot_id(node) if repair.boot_id is not None and not in_flight else None
         if current is not None and current != repair.boot_id:
             why = f"{node} booted since ({repair.boot_id} -> {current}): not executing again"
             return self.move(repair, S.REJOINING, view, "boot-id-changed", why)
@@ -372,13 +336,16 @@ class Lifecycle:
             if (now - repair.updated_at).total_seconds() <= self._settings.rejoin_timeout_seconds:
                 return repair  # another engine is executing it
             return self.fail(repair, view, "execution-lost", "execution never finished")
+        finished = self.steps.poll(
+            repair,
+            "execute",
+            lambda: self._provider.execute(node, repair.action, repair.id),
+            boot_id=repair.boot_id,
+        )
+        if finished is None:
+            return repair  # an operator's hook still runs: the loop goes on meanwhile
         try:
-            self.do(
-                repair,
-                "execute",
-                lambda: self._provider.execute(node, repair.action, repair.id),
-                boot_id=repair.boot_id,
-            )
+            finished.result()
         except PermanentError as exc:
             return self.fail(repair, view, "execute-failed", str(exc))
         except MedicError:

@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from medic.config.settings import RepairSettings
+from medic.control.steps import Steps
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import NodeState, is_medic_reason
 from medic.domain.diagnosis import Severity
@@ -261,6 +262,9 @@ class LifecycleOps(Protocol):
 
     def owns(self, repair: Repair, stale_after: float = ...) -> bool: ...
 
+    @property
+    def steps(self) -> Steps: ...
+
 
 class ReturnToService:
     """The last steps of a repair: rejoining, revalidation, and lifting medic's drain (with a
@@ -362,9 +366,17 @@ class ReturnToService:
         if not self._ops.owns(repair, patience + 60):
             return repair  # the engine that moved it here runs the suite
         attempt = len(self._store.list_validations(repair.id)) + 1
-        result, reason = self._validator.validate(
-            self._cluster, repair.id, repair.node, self._now, attempt
+        finished = self._ops.steps.poll(
+            repair,
+            "validate",
+            lambda: self._validator.validate(
+                self._cluster, repair.id, repair.node, self._now, attempt
+            ),
+            attempt=attempt,
         )
+        if finished is None:
+            return repair  # the suite still runs: the loop goes on meanwhile
+        result, reason = finished.result()
         self._store.add_validation(result)
         payload = result_payload(result, reason)
         self._ops.audit(AuditKind.REPAIR_VALIDATION, repair, payload, result.time)

@@ -1,0 +1,106 @@
+"""Moving a job off a node under repair: requeue it held, exclude the node, release it.
+
+Three scheduler commands, one at a time, so a retry finishes what a failure left. The dangerous
+gap is between the requeue-hold and the release: a medic that stops there leaves the job held
+(pending forever) unless the next one knows the hold was medic's. That knowledge is durable: every
+step is in the audit trail before it runs (``repair-step-started``), so an engine that did not
+hold the job itself (a restart, another replica taking the repair over) reads the node's repair
+steps back and finishes the release. A hold that the trail does not attribute to this repair is
+someone else's and is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.cluster import Job, JobState
+from medic.domain.ids import NodeName
+from medic.domain.repairs import Repair
+from medic.errors import MedicError, PermanentError
+from medic.ports import AuditQuery, Scheduler
+
+__all__ = ["HOLD", "RELEASE", "Evacuation"]
+
+HOLD, RELEASE = "requeue_hold", "release"
+_PAGE = 500
+
+Do = Callable[..., None]
+"""``do(repair, step, work, **detail)``: run one audited command (``Lifecycle.do``)."""
+
+
+class Evacuation:
+    """Moves jobs off repaired nodes (see the module docstring)."""
+
+    def __init__(self, scheduler: Scheduler, audit: AuditQuery, do: Do) -> None:
+        self._scheduler = scheduler
+        self._audit = audit
+        self._do = do
+        self._held: set[tuple[int, str]] = set()
+        """(repair, job) that this engine requeued held and has not released yet."""
+        self._refused: set[tuple[int, str]] = set()
+        """(repair, job) the scheduler refused to move for good: the repair interrupts it."""
+
+    def move_off(self, repair: Repair, job: Job, exclusions: frozenset[NodeName]) -> bool:
+        """Requeue ``job`` held, exclude the node, release it. False: try again next pass."""
+        sched, node, mark = self._scheduler, repair.node, (repair.id, str(job.id))
+        on_node = node in job.nodes and not job.state.is_terminal
+        running = on_node and job.state is not JobState.PENDING
+        held = job.state is JobState.PENDING and job.held
+        ours = held and (mark in self._held or self._held_by(repair, str(job.id)))
+        if mark in self._refused or not (running or ours):
+            return True
+        excluded = frozenset(job.excluded_nodes | {node} | exclusions)
+        try:
+            if running:
+                self._do(repair, HOLD, lambda: sched.requeue_hold(job.id), job=job.id)
+                self._held.add(mark)
+            self._do(
+                repair,
+                "exclude_nodes",
+                lambda: sched.set_excluded_nodes(job.id, excluded),
+                job=job.id,
+                nodes=sorted(excluded),
+            )
+            self._do(repair, RELEASE, lambda: sched.release(job.id), job=job.id)
+            self._held.discard(mark)
+        except PermanentError:
+            self._refused.add(mark)  # recorded; the repair interrupts it
+        except MedicError:
+            return False
+        return True
+
+    def _held_by(self, repair: Repair, job: str) -> bool:
+        """True when the audit trail says this repair started holding ``job`` and never
+        released it (only read for a held job this engine does not remember holding)."""
+        held = False
+        for event in self._steps(repair):
+            payload = event.payload
+            if payload.get("repair_id") != repair.id or payload.get("job") != job:
+                continue
+            if event.kind is AuditKind.REPAIR_STEP_STARTED and payload.get("step") == HOLD:
+                held = True
+            elif event.kind is AuditKind.REPAIR_STEP_SUCCEEDED and payload.get("step") == RELEASE:
+                held = False
+        return held
+
+    def _steps(self, repair: Repair) -> list[AuditEvent]:
+        """The repair node's step events since the repair was created, oldest first."""
+        steps: list[AuditEvent] = []
+        after: int | None = None
+        while True:
+            page = self._audit.query_audit(
+                cluster=repair.cluster,
+                subject_type=SubjectType.NODE.value,
+                subject_id=str(repair.node),
+                since=repair.created_at,
+                after_id=after,
+                limit=_PAGE,
+            )
+            steps.extend(e for e in page if e.kind in _STEP_KINDS)
+            if len(page) < _PAGE:
+                return steps
+            after = page[-1].id
+
+
+_STEP_KINDS = frozenset({AuditKind.REPAIR_STEP_STARTED, AuditKind.REPAIR_STEP_SUCCEEDED})

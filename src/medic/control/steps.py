@@ -1,0 +1,125 @@
+"""Repair steps on the cluster, audited before and after, the slow ones off the control loop.
+
+A repair's commands are of two kinds. Scheduler commands (drain, requeue, exclude, release) take
+milliseconds and run inside the loop pass (:meth:`Steps.now`). Operator hooks (reprovision,
+power-cycle: up to ``repair.hook_timeout_seconds``) and the revalidation suite (up to
+``validation_timeout_seconds`` per test) can take an hour; run inside the pass they would stop
+job recovery for every job on the cluster while one node is rebuilt. :meth:`Steps.poll` starts
+such a step in a daemon thread and answers None while it runs; a later pass collects the result.
+
+The loop waits up to ``settle_seconds`` for a step it just started, so a quick one (the
+simulator, ``scontrol reboot``) finishes in the pass that started it and the lifecycle reads the
+same as before. A step's work must touch nothing the loop thread uses unsynchronised once that
+wait is over: hooks and validation commands only run processes.
+
+What runs lives only in this process: an engine that restarts mid-step finds the repair in its
+state with no owner, and the lifecycle's take-over rules decide (a power cycle is guarded by the
+boot id, a validation is run again after its patience). Threads are daemons so that stopping
+medic never waits for an operator's hook.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from medic.domain.audit import AuditKind
+from medic.domain.repairs import Repair
+from medic.errors import MedicError, PermanentError
+
+__all__ = ["Audit", "Steps"]
+
+T = TypeVar("T")
+Audit = Callable[[AuditKind, Repair, dict[str, Any], datetime], None]
+"""Appends one repair event: (kind, repair, payload, time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    future: Future[Any]
+    payload: dict[str, Any]
+    started: datetime
+
+
+class Steps:
+    """Runs and audits a repair's steps (see the module docstring)."""
+
+    def __init__(
+        self, audit: Audit, clock: Callable[[], datetime], *, settle_seconds: float = 1.0
+    ) -> None:
+        self._audit = audit
+        self._now = clock
+        self._settle = settle_seconds
+        self._running: dict[tuple[int, str], _Running] = {}
+
+    def now(self, repair: Repair, step: str, work: Callable[[], T], **detail: Any) -> T:
+        """Run ``work`` in this pass, audited before and after; re-raises its error."""
+        payload, started = self._started(repair, step, detail), self._now()
+        future: Future[T] = Future()
+        _run_into(future, work)
+        self._finished(repair, _Running(future, payload, started))
+        return future.result()
+
+    def poll(
+        self, repair: Repair, step: str, work: Callable[[], T], **detail: Any
+    ) -> Future[T] | None:
+        """Start ``work`` in the background the first time; None while it runs, then its finished
+        future once (its ``result()`` re-raises the step's error). Audited like :meth:`now`."""
+        key = (repair.id, step)
+        running = self._running.get(key)
+        if running is None:
+            payload = self._started(repair, step, detail)
+            future: Future[T] = Future()
+            thread = threading.Thread(
+                target=_run_into,
+                args=(future, work),
+                name=f"medic-repair-{repair.id}-{step}",
+                daemon=True,
+            )
+            running = self._running[key] = _Running(future, payload, self._now())
+            thread.start()
+            wait([future], timeout=self._settle)
+        if not running.future.done():
+            return None
+        del self._running[key]
+        return self._finished(repair, running)
+
+    def running(self, repair: Repair, step: str) -> bool:
+        """True while ``step`` of ``repair`` runs in this process."""
+        return (repair.id, step) in self._running
+
+    def _started(self, repair: Repair, step: str, detail: dict[str, Any]) -> dict[str, Any]:
+        payload = {"repair_id": repair.id, "step": step, **detail}
+        self._audit(AuditKind.REPAIR_STEP_STARTED, repair, payload, self._now())
+        return payload
+
+    def _finished(self, repair: Repair, running: _Running) -> Future[Any]:
+        done = self._now()
+        error = running.future.exception()
+        if error is None:
+            seconds = (done - running.started).total_seconds()
+            self._audit(
+                AuditKind.REPAIR_STEP_SUCCEEDED,
+                repair,
+                {**running.payload, "seconds": seconds},
+                done,
+            )
+        elif isinstance(error, MedicError):
+            permanent = isinstance(error, PermanentError)
+            failed = {**running.payload, "error": str(error), "permanent": permanent}
+            self._audit(AuditKind.REPAIR_STEP_FAILED, repair, failed, done)
+        else:  # a bug, not the cluster: recorded, then raised to the loop like any other
+            failed = {**running.payload, "error": f"{type(error).__name__}: {error}"}
+            self._audit(AuditKind.REPAIR_STEP_FAILED, repair, failed | {"permanent": False}, done)
+        return running.future
+
+
+def _run_into(future: Future[T], work: Callable[[], T]) -> None:
+    try:
+        future.set_result(work())
+    except BaseException as exc:  # handed to whoever collects the step, re-raised there
+        future.set_exception(exc)

@@ -210,7 +210,8 @@ def test_jobs_are_listed_with_their_advice(scenario: Scenario, client: TestClien
     assert acted["advice"]["mode"] == "act"
     assert acted["advice"]["status"] == "converged"
     assert acted["advice"]["active"] is False
-    assert acted["advice"]["exclude_nodes"] == [scenario.acted.node]
+    # the observed job's faulty node has a critical alert firing too: kept out of placement
+    assert acted["advice"]["exclude_nodes"] == sorted([scenario.acted.node, scenario.observed.node])
 
     assert jobs[scenario.healthy_job]["advice"] is None
     assert jobs[scenario.healthy_job]["state"] == "running"
@@ -421,7 +422,10 @@ def test_audit_lists_every_event_oldest_first(scenario: Scenario, client: TestCl
 
     ids = [e["id"] for e in events]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
-    assert {e["subject_id"] for e in events} == {"1", scenario.observed.job_id}
+    jobs = {e["subject_id"] for e in events if e["subject_type"] == "job"}
+    nodes = {e["subject_id"] for e in events if e["subject_type"] == "node"}
+    assert jobs == {"1", scenario.observed.job_id}
+    assert nodes == {scenario.acted.node, scenario.observed.node}  # their alerts and repairs
     assert {e["kind"] for e in events} >= {
         "detection",
         "verdict",

@@ -62,6 +62,8 @@ class Populated:
     """The node whose GPU fell off the bus in job 1 of cluster ``sim``."""
     observed_job: str
     """A job of cluster ``sim`` in observe mode, with pending advice."""
+    observed_node: str
+    """The node whose GPU fell off the bus in the observed job (a critical alert firing)."""
 
     def env(self, **extra: str) -> dict[str, str]:
         return {"MEDIC_DATABASE_URL": self.url, **WIDE, **extra}
@@ -87,13 +89,14 @@ def _passes(services: Services, clock: FakeClock, count: int) -> None:
         services.loop.run_once()
 
 
-def _run_cluster(url: str, cluster: str, start: datetime, observe: bool) -> tuple[str, str]:
-    """A short act-mode run where job 1 loses a GPU; returns (faulty node, observed job id)."""
+def _run_cluster(url: str, cluster: str, start: datetime, observe: bool) -> tuple[str, str, str]:
+    """A short act-mode run where job 1 loses a GPU; returns (faulty node, observed job id, the
+    observed job's faulty node)."""
     clock = FakeClock(start)
     services = build(_settings(url, cluster), clock=clock, start_workload=True)
     try:
         assert services.injector is not None and services.workload is not None
-        observed = ""
+        observed = observed_node = ""
         if observe:
             observed = services.workload.submit(
                 JobSpec(name="observed", num_nodes=2, partition="p1", comment=OBSERVE_COMMENT)
@@ -101,10 +104,11 @@ def _run_cluster(url: str, cluster: str, start: datetime, observe: bool) -> tupl
         _passes(services, clock, 20)
         fault = services.injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id="1")
         if observe:
-            services.injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id=observed)
+            second = services.injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id=observed)
+            observed_node = second.node or ""
         _passes(services, clock, 6)
         assert fault.node is not None
-        return fault.node, observed
+        return fault.node, observed, observed_node
     finally:
         services.close()
 
@@ -116,8 +120,8 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Populated:
     url = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'medic.db'}"
     now = datetime.now(UTC)
     _run_cluster(url, "old", now - timedelta(days=3), observe=False)
-    node, observed = _run_cluster(url, "sim", now - timedelta(hours=1), observe=True)
-    return Populated(url=url, faulty_node=node, observed_job=observed)
+    node, observed, observed_node = _run_cluster(url, "sim", now - timedelta(hours=1), True)
+    return Populated(url, faulty_node=node, observed_job=observed, observed_node=observed_node)
 
 
 def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Result:
@@ -188,7 +192,8 @@ def test_jobs_json_lists_every_job_with_its_advice(populated: Populated) -> None
     }
     recovered = by_key["sim", "1"]
     assert recovered["restart_count"] == 1
-    assert recovered["excluded_nodes"] == [populated.faulty_node]
+    # the observed job's faulty node has a critical alert firing: kept out of placement too
+    assert recovered["excluded_nodes"] == sorted([populated.faulty_node, populated.observed_node])
     assert recovered["advice"]["action"] == "requeue"
     assert (recovered["advice_action"], recovered["advice_status"]) == ("requeue", "converged")
     observed = by_key["sim", populated.observed_job]

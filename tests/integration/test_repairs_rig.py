@@ -191,14 +191,19 @@ def test_an_xid_79_on_an_idle_node_is_repaired_by_a_reboot(make_harness: MakeHar
     assert rec.time - alert.time <= timedelta(seconds=0)
 
 
-def test_the_composition_root_wires_the_engine_when_enabled(tmp_path: Path) -> None:
+def test_the_composition_root_wires_the_engine_unless_disabled(tmp_path: Path) -> None:
     store = StoreSettings(url=f"sqlite:///{tmp_path}/medic.db")
-    off = build(Settings(store=store))
+    default = build(Settings(store=store))
+    try:
+        assert isinstance(default.repairs, RepairEngine), "node repair is on by default"
+    finally:
+        default.close()
+    off = build(Settings(store=store, repair=RepairSettings(enabled=False)))
     try:
         assert off.repairs is None
     finally:
         off.close()
-    hooks = RepairSettings(enabled=True, reprovision_command="true")
+    hooks = RepairSettings(reprovision_command="true")
     on = build(Settings(store=store, repair=hooks), start_workload=False)
     try:
         assert isinstance(on.repairs, RepairEngine)

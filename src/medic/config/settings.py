@@ -169,11 +169,13 @@ class ApiSettings:
 
 @dataclass(frozen=True, slots=True)
 class RepairSettings:
-    enabled: bool = False
+    enabled: bool = True
     """Run node auto-repair in the control loop: turn failed health checks into alerts, alerts
     into repair recommendations (the per-cluster repair policy, stored, decides approval; by
     default a person approves every repair) and carry approved repairs out. Job recovery then
-    also keeps requeued jobs off nodes under repair or with a critical alert firing."""
+    also keeps requeued jobs off nodes under repair or with a critical alert firing. On by
+    default: nothing is done to a node until a person approves it or the stored policy allows it
+    to run automatically; false turns node repair off entirely (alerts are then not read)."""
     reset_gpu_command: str = ""
     """Operator hook for ``reset_gpu``: a shell command run on the medic host with ``{node}`` and
     ``{repair_id}`` replaced (shell-quoted; also in ``MEDIC_NODE``, ``MEDIC_REPAIR_ID``,

@@ -217,6 +217,14 @@ class Store(AuditQuery, Protocol):
         """The job's attempts, oldest first."""
         ...
 
+    def list_attempts_between(
+        self, cluster: ClusterName | None, start: datetime, end: datetime
+    ) -> list[Attempt]:
+        """Attempts (of every cluster when None) that ran during ``[start, end)``: started before
+        ``end`` and not ended before ``start`` (still open counts as running). Attempts that never
+        started are left out. Ordered by cluster, job, attempt number."""
+        ...
+
     def update_progress(
         self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
     ) -> None:

@@ -6,9 +6,10 @@ repair enabled, on a FakeClock that a ticker thread advances (0.5 s and one loop
 (Xid 79): medic requeues it away from the node and recommends a reboot that waits for approval;
 a person's repair request on another node waits too.
 
-Scenarios: sign in; find the failing job and read its timeline (the Xid evidence line); approve a
-repair and reject another; switch a partition to act mode; find those changes in the audit
-search. Each page is screenshotted into ``tests/console/screenshots/`` (ignored by git).
+Scenarios: sign in and read the overview (jobs, repairs, goodput, latencies); find the failing
+job and read its timeline (the Xid evidence line); approve a repair and reject another; switch a
+partition to act mode; find those changes in the audit search. Each page is screenshotted into
+``tests/console/screenshots/`` (ignored by git).
 
 Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``) and the ``playwright`` package;
 without them the tests skip, except under ``CI=true`` where they fail.
@@ -326,6 +327,17 @@ def test_signing_in_with_a_token_opens_the_overview(page: Page, console: Console
     expect(figures).to_be_visible()
     expect(figures.locator("tbody tr").first.locator("td").first).not_to_have_text("0")
     expect(page.locator("#latency-chart canvas").first).to_be_visible()
+    # goodput in the window: a percentage (the jobs report iterations), badput by cause, a chart
+    expect(page.locator("#goodput-ratio")).to_have_text(
+        re.compile(r"^\s*(\d{1,3}\.\d %|no progress seen yet)\s*$")
+    )
+    expect(page.locator("#goodput-ratio")).to_contain_text("%")
+    expect(page.locator("#badput-figures tbody tr")).to_have_count(4)
+    expect(page.locator("#badput-figures tr[data-cause='downtime']")).to_contain_text("node")
+    expect(page.locator("#goodput-chart canvas").first).to_be_visible()
+    expect(cards).not_to_contain_text("Goodput is not measured")
+    page.get_by_label("Window", exact=True).select_option("86400")
+    expect(page.locator("#goodput-ratio")).to_contain_text("%")
     shoot(page, "01-overview")
 
     # the session survives a reload (the cookie), and signing out ends it

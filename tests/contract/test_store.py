@@ -315,6 +315,42 @@ def test_update_progress_creates_and_replaces(store: SqlStore) -> None:
     assert store.list_attempts(C, jid)[0].progress == Progress()
 
 
+def test_list_attempts_between_finds_the_attempts_that_overlap_a_window(store: SqlStore) -> None:
+    n1, other = NodeName("n1"), ClusterName("beta")
+
+    def run(job: str, start: int, end: int | None, cluster: ClusterName = C) -> None:
+        started = T0 + timedelta(seconds=start)
+        running = replace(_job(job, nodes=(n1,), start_time=started), cluster=cluster)
+        store.sync_jobs(cluster, [running], started)
+        if end is not None:
+            ended = T0 + timedelta(seconds=end)
+            store.sync_jobs(
+                cluster, [replace(running, state=JobState.FAILED, end_time=ended)], ended
+            )
+
+    run("before", 0, 50)  # ended before the window
+    run("into", 0, 100)  # ends exactly at the window's start: still ran at that instant
+    run("inside", 120, 150)
+    run("open", 10, None)  # still running
+    run("after", 200, 260)  # starts at the window's end: not in [start, end)
+    run("elsewhere", 120, None, other)
+    store.update_progress(C, JobId("unplaced"), 0, Progress(last_step=3, last_progress_at=T0))
+
+    start, end = T0 + timedelta(seconds=100), T0 + timedelta(seconds=200)
+    found = store.list_attempts_between(C, start, end)
+    assert [(a.job_id, a.number) for a in found] == [("inside", 0), ("into", 0), ("open", 0)]
+    assert found[0].started_at == T0 + timedelta(seconds=120)
+    assert found[0].ended_at == T0 + timedelta(seconds=150)
+    assert found[0].nodes == (n1,)
+    everywhere = store.list_attempts_between(None, start, end)
+    assert [(a.cluster, a.job_id) for a in everywhere] == [
+        (C, "inside"),
+        (C, "into"),
+        (C, "open"),
+        (other, "elsewhere"),
+    ]
+
+
 # --- diagnosis -----------------------------------------------------------------------------
 def test_detections_and_verdicts_round_trip(store: SqlStore) -> None:
     kernel = _detection(3, job_id=None, rank=None, node=NodeName("n4"), fields={})

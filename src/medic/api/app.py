@@ -21,8 +21,9 @@ from medic.api.advice import router as advice_router
 from medic.api.alerts import router as alerts_router
 from medic.api.auth import router as tokens_router
 from medic.api.auth import startup_notice
+from medic.api.clusters import router as clusters_router
 from medic.api.policy import router as policy_router
-from medic.api.problems import install_problem_handlers
+from medic.api.problems import flush_denials, install_problem_handlers
 from medic.api.repairs import router as repairs_router
 from medic.api.routes import router
 from medic.api.sanitize import NulReplacing
@@ -63,6 +64,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
         finally:
             if thread:
                 thread.stop()
+            flush_denials(app)
 
     app = FastAPI(
         title="medic",
@@ -76,6 +78,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     app.add_middleware(NulReplacing)
     install_problem_handlers(app)
     app.include_router(router)
+    app.include_router(clusters_router)
     app.include_router(advice_router)
     app.include_router(alerts_router)
     app.include_router(repairs_router)

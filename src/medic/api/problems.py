@@ -6,13 +6,16 @@ internal message leaks for unexpected errors.
 Refused access has its own errors (raised by ``medic.api.auth``): :class:`Unauthenticated` (401
 ``unauthenticated``, with ``WWW-Authenticate: Bearer``), :class:`Forbidden` (403 ``forbidden``)
 and :class:`CsrfFailed` (403 ``csrf_failed``). Each one is audited (``access-denied``: method,
-path, principal or ``anonymous``, why) before it is answered; a failing audit write is logged and
-never turns the refusal into a 500.
+path, principal or ``anonymous``, why) before it is answered, within a per-caller rate: past it,
+refusals are counted and the count rides on the caller's next event (``medic.api.denials``); a
+failing audit write is logged and never turns the refusal into a 500.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from medic.api.denials import DenialLimiter
 from medic.api.schemas import (
     Problem,
 )
@@ -42,6 +46,7 @@ __all__ = [
     "CsrfFailed",
     "Forbidden",
     "Unauthenticated",
+    "flush_denials",
     "install_problem_handlers",
     "problem",
 ]
@@ -110,30 +115,62 @@ def _audit_denied(request: Request, exc: AccessDenied) -> None:
     if services is None:
         return
     client = request.client.host if request.client else None
+    principal = exc.principal or ANONYMOUS
+    now = services.clock.now()
+    limiter: DenialLimiter = request.app.state.denials
+    suppressed = limiter.admit((client or "-", principal), now)
+    if suppressed is None:
+        return  # counted; written with this caller's next event (see medic.api.denials)
+    payload = {
+        "method": request.method,
+        "path": request.url.path,
+        "principal": principal,
+        "role": exc.role,
+        "status": exc.status,
+        "code": exc.code,
+        "why": exc.why,
+        "client": client,
+        "suppressed": suppressed,
+    }
+    _write_denied(services, now, request.url.path[:_MAX_SUBJECT], payload)
+
+
+def flush_denials(app: FastAPI) -> None:
+    """One ``access-denied`` event per caller whose refusals were counted and not yet written
+    (called when the API stops, so the trail accounts for every refusal)."""
+    services: Services | None = getattr(app.state, "services", None)
+    limiter: DenialLimiter | None = getattr(app.state, "denials", None)
+    if services is None or limiter is None:
+        return
+    now = services.clock.now()
+    for (client, principal), count in limiter.drain().items():
+        payload = {
+            "principal": principal,
+            "client": None if client == "-" else client,
+            "why": "refusals counted and not written one by one (rate limit)",
+            "suppressed": count,
+        }
+        _write_denied(services, now, "-", payload)
+
+
+def _write_denied(services: Services, now: datetime, path: str, payload: dict[str, Any]) -> None:
     event = AuditEvent(
-        time=services.clock.now(),
+        time=now,
         actor=_AUDIT_ACTOR,
         kind=AuditKind.ACCESS_DENIED,
         subject_type=SubjectType.API,
-        subject_id=request.url.path[:_MAX_SUBJECT],
-        payload={
-            "method": request.method,
-            "path": request.url.path,
-            "principal": exc.principal or ANONYMOUS,
-            "role": exc.role,
-            "status": exc.status,
-            "code": exc.code,
-            "why": exc.why,
-            "client": client,
-        },
+        subject_id=path,
+        payload=payload,
     )
     try:
         services.store.append_audit(event)
     except Exception:  # the refusal stands even when it cannot be recorded
-        logger.exception("could not audit a refused %s %s", request.method, request.url.path)
+        logger.exception("could not audit a refused request to %s", path)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
+    app.state.denials = DenialLimiter()
+
     async def on_access_denied(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, AccessDenied)
         # The audit write is blocking I/O: keep it off the event loop.

@@ -95,6 +95,11 @@ class SqlStore:
     def list_attempts(self, cluster: ClusterName, job_id: JobId) -> list[Attempt]:
         return self._inventory.list_attempts(cluster, job_id)
 
+    def list_attempts_between(
+        self, cluster: ClusterName | None, start: datetime, end: datetime
+    ) -> list[Attempt]:
+        return self._inventory.list_attempts_between(cluster, start, end)
+
     def update_progress(
         self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
     ) -> None:

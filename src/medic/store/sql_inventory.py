@@ -231,6 +231,23 @@ class Inventory:
         rows = self._db.read(lambda conn: conn.execute(query).all())
         return [_attempt(row) for row in rows]
 
+    def list_attempts_between(
+        self, cluster: ClusterName | None, start: datetime, end: datetime
+    ) -> list[Attempt]:
+        query = (
+            sa.select(attempts)
+            .where(
+                attempts.c.started_at.is_not(None),
+                attempts.c.started_at < end,
+                sa.or_(attempts.c.ended_at.is_(None), attempts.c.ended_at >= start),
+            )
+            .order_by(attempts.c.cluster, attempts.c.job_id, attempts.c.number)
+        )
+        if cluster is not None:
+            query = query.where(attempts.c.cluster == cluster)
+        rows = self._db.read(lambda conn: conn.execute(query).all())
+        return [_attempt(row) for row in rows]
+
 
 def _differs(cached: dict[str, tuple[Job, str]], job: Job, options_json: str) -> bool:
     previous = cached.get(job.id)

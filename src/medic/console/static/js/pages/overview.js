@@ -1,7 +1,16 @@
 // Overview: jobs running vs total, jobs by state, nodes by health and state, open repairs, the
-// circuit breaker, alerts, and detection / action latencies (figures and a uPlot chart).
+// circuit breaker, alerts; then, for a chosen window, goodput (the figure, badput by cause and a
+// uPlot chart over time) and detection / action latencies (figures and a uPlot chart).
 
 import { get } from "../api.js";
+import {
+  goodputData,
+  goodputFigures,
+  goodputRows,
+  goodputSpan,
+  loadGoodput,
+  makeGoodputChart,
+} from "../goodput.js";
 import { isActiveRepair, isOpenRepair, nodeHealth } from "../health.js";
 import { latencies } from "../latency.js";
 import {
@@ -46,8 +55,7 @@ function summary({ jobs, nodes, alerts, repairs, breaker }) {
       <h2 id="ov-jobs">Jobs</h2>
       <p class="big" id="jobs-running"><strong>${running}</strong> of ${jobs.length} running
         <span class="muted">(${share}%)</span></p>
-      <p class="muted">Goodput is not measured by medic yet: jobs running out of all jobs it
-        watches stands in for it.</p>
+      <p class="muted">Jobs running out of all the jobs medic watches.</p>
       ${countList(countBy(jobs, "state"), "job")}
       <p><a href="${hashLink("jobs")}">${advised} with active advice</a></p>
     </section>
@@ -181,16 +189,30 @@ export function overview(main) {
     main,
     html`<h1 tabindex="-1">Overview</h1>
     <div class="cards" id="overview-cards" aria-live="off"><p class="load-error"></p></div>
+    <p><label for="overview-window">Window</label>
+      <select id="overview-window">${join(
+        WINDOWS.map(([v, name]) => html`<option value="${v}">${name}</option>`),
+      )}</select></p>
+    <section aria-labelledby="goodput-title" class="wide">
+      <h2 id="goodput-title">Goodput</h2>
+      <p class="muted">The share of the node time given to training jobs that went into progress
+        that was kept, weighted by node count; the rest is badput, by cause. From the jobs'
+        attempts: steps after the last checkpoint of a failed attempt are wasted, silence before
+        its end is stalled, time between attempts is downtime. A running attempt counts as
+        productive until it ends; jobs that never reported progress are counted apart.</p>
+      <div id="goodput"><p class="load-error"></p></div>
+      <figure class="chart">
+        <div id="goodput-chart" role="img" aria-label="Chart of goodput over the window; the same values are in the table below"></div>
+        <figcaption><details><summary>Goodput values as a table</summary>
+          <div id="goodput-rows"></div></details></figcaption>
+      </figure>
+    </section>
     <section aria-labelledby="latency-title" class="wide">
       <h2 id="latency-title">Detection and action latency</h2>
       <p class="muted">Computed from the audit trail for the chosen window: detection latency is a
         <code>detection</code> event's time minus the log line's time; action latency is the first
         <code>action-succeeded</code> of an advice minus the first detection of that job attempt.
         The process-lifetime histograms are on <a href="/metrics">/metrics</a>.</p>
-      <p><label for="latency-window">Window</label>
-        <select id="latency-window">${join(
-          WINDOWS.map(([v, name]) => html`<option value="${v}">${name}</option>`),
-        )}</select></p>
       <div id="latency"><p class="load-error"></p></div>
       <figure class="chart">
         <div id="latency-chart" role="img" aria-label="Chart of detection and action latencies over time; the same values are in the table below"></div>
@@ -216,7 +238,25 @@ export function overview(main) {
     (data) => redraw(cards, summary(data)),
   );
 
-  const windowSelect = main.querySelector("#latency-window");
+  const windowSelect = main.querySelector("#overview-window");
+  const goodputEl = main.querySelector("#goodput");
+  const goodputChartEl = main.querySelector("#goodput-chart");
+  const goodputRowsEl = main.querySelector("#goodput-rows");
+  let goodputChart = null;
+  const goodputWindow = { min: 0, max: 1 };
+  const refreshGoodput = live(
+    goodputEl,
+    10000,
+    () => loadGoodput(windowSelect.value),
+    (body) => {
+      redraw(goodputEl, goodputFigures(body));
+      redraw(goodputRowsEl, goodputRows(body));
+      Object.assign(goodputWindow, goodputSpan(body));
+      const data = goodputData(body);
+      if (goodputChart) goodputChart.setData(data);
+      else goodputChart = makeGoodputChart(goodputChartEl, data, goodputWindow);
+    },
+  );
   const figuresEl = main.querySelector("#latency");
   const chartEl = main.querySelector("#latency-chart");
   const rowsEl = main.querySelector("#latency-rows");
@@ -238,13 +278,19 @@ export function overview(main) {
       else chart = makeChart(chartEl, data, span);
     },
   );
-  windowSelect.addEventListener("change", () => refresh());
+  windowSelect.addEventListener("change", () => {
+    refresh();
+    refreshGoodput();
+  });
   const onResize = () => {
     if (!chartEl.isConnected) {
       window.removeEventListener("resize", onResize);
       return;
     }
     if (chart) chart.setSize({ width: Math.max(320, chartEl.clientWidth), height: 260 });
+    if (goodputChart) {
+      goodputChart.setSize({ width: Math.max(320, goodputChartEl.clientWidth), height: 220 });
+    }
   };
   window.addEventListener("resize", onResize);
 }

@@ -1,0 +1,240 @@
+"""Clusters and goodput: what a person looks at first.
+
+=======  ==================================  =====================================================
+GET      /api/v1/clusters                    every cluster medic knows: nodes by state and
+                                             health, jobs by state, modes, breaker, open repairs,
+                                             goodput over the last 24 hours
+GET      /api/v1/clusters/{name}             one of them (404 for a cluster medic does not know)
+GET      /api/v1/goodput                     ``?cluster=&window=SECONDS&buckets=N``: goodput over
+                                             the last ``window`` seconds (60 s to 30 days, default
+                                             24 h), its badput by cause, and the same figures in
+                                             ``buckets`` equal slices (1 to 500, default 24)
+=======  ==================================  =====================================================
+
+Readers (viewer, operator, admin) may call them. The clusters medic knows are the one this process
+watches and those of the jobs in its store. Goodput is computed on each request from the stored
+attempts by :mod:`medic.measure.goodput` (the definition is there), with ``now`` from the API's
+clock: nothing is precomputed, so a change of definition applies to the past too.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Annotated, cast
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from medic.api.auth import READERS, require
+from medic.api.schemas_auth import ModesOut
+from medic.api.schemas_clusters import (
+    ClusterOut,
+    GoodputOut,
+    GoodputSummaryOut,
+    JobCountsOut,
+    NodeCountsOut,
+    RepairCountsOut,
+)
+from medic.api.schemas_repairs import BreakerOut
+from medic.control.services import Services
+from medic.control.validation import validation_failed_nodes
+from medic.domain.attempts import Attempt
+from medic.domain.cluster import Job, Node
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.repairs import Alert, AlertState, Repair
+from medic.errors import NotFoundError
+from medic.measure import Goodput, Interval, goodput, goodput_series, intervals
+from medic.policy.waiting import node_health
+from medic.ports import ModeStore, RepairStore, Store
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1", tags=["clusters"])
+
+DAY = 86_400
+MIN_WINDOW = 60
+MAX_WINDOW = 30 * DAY
+MAX_BUCKETS = 500
+OVERVIEW_WINDOW = timedelta(days=1)
+"""The goodput window of ``/clusters``."""
+
+_Readers = Depends(require(*READERS))
+ClusterName_ = Annotated[
+    str, Path(min_length=1, max_length=128, description="Cluster name, as in /api/v1/clusters")
+]
+ClusterQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][\w.:@+-]*$",
+        description="Measure one cluster (default: every cluster medic knows)",
+    ),
+]
+Window = Annotated[
+    int,
+    Query(
+        ge=MIN_WINDOW,
+        le=MAX_WINDOW,
+        description="Seconds back from now: 60 (one minute) to 2592000 (30 days)",
+    ),
+]
+Buckets = Annotated[
+    int, Query(ge=1, le=MAX_BUCKETS, description="Equal slices of the window in the series")
+]
+JobKey = tuple[ClusterName, JobId]
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _known(services: Services, jobs: Sequence[Job]) -> list[ClusterName]:
+    return sorted({services.cluster} | {j.cluster for j in jobs})
+
+
+# --- goodput -------------------------------------------------------------------------------------
+def _intervals(
+    store: Store, cluster: ClusterName | None, jobs: Sequence[Job], start: datetime, now: datetime
+) -> list[Interval]:
+    """The intervals of every job that ran in ``[start, now)``, history completed where needed."""
+    found: dict[JobKey, list[Attempt]] = defaultdict(list)
+    for a in store.list_attempts_between(cluster, start, now):
+        found[(a.cluster, a.job_id)].append(a)
+    # The window can cut a downtime that started before it: a job restarted in the window after an
+    # attempt that ended before it, or a job still waiting to run again. Their full history is
+    # read (rare: one query per such job) so that downtime is not missed.
+    refetch: list[JobKey] = []
+    for job in jobs:
+        key = (job.cluster, JobId(job.id))
+        mine = found.get(key)
+        if mine:
+            earliest = min(mine, key=lambda a: a.number)
+            if earliest.number > 0 and earliest.started_at and earliest.started_at > start:
+                refetch.append(key)
+        elif not job.state.is_terminal and job.restart_count > 0:
+            refetch.append(key)
+    for key in refetch:
+        found[key] = store.list_attempts(*key)
+    states = {(j.cluster, JobId(j.id)): j.state for j in jobs}
+    return intervals([a for attempts in found.values() for a in attempts], now, states)
+
+
+def _overview_goodput(services: Services, cluster: ClusterName, jobs: Sequence[Job]) -> Goodput:
+    now = services.clock.now()
+    start = now - OVERVIEW_WINDOW
+    return goodput(_intervals(services.store, cluster, jobs, start, now), start, now)
+
+
+@router.get("/goodput", response_model=GoodputOut, dependencies=[_Readers])
+def get_goodput(
+    request: Request,
+    cluster: ClusterQuery = None,
+    window: Window = DAY,
+    buckets: Buckets = 24,
+) -> GoodputOut:
+    """Goodput over the last ``window`` seconds: the share of node time that went into training
+    progress that was kept, the rest (badput) by cause, and a series for charts."""
+    services = _services(request)
+    name = ClusterName(cluster) if cluster else None
+    jobs = services.store.list_jobs(name)
+    if name is not None and name not in _known(services, jobs):
+        raise NotFoundError(f"cluster {name!r} is not known to medic; see /api/v1/clusters")
+    now = services.clock.now()
+    start = now - timedelta(seconds=window)
+    found = _intervals(services.store, name, jobs, start, now)
+    return GoodputOut(
+        cluster=name,
+        window_seconds=window,
+        bucket_seconds=window / buckets,
+        summary=GoodputSummaryOut.of(goodput(found, start, now)),
+        series=[GoodputSummaryOut.of(g) for g in goodput_series(found, start, now, buckets)],
+    )
+
+
+# --- clusters ------------------------------------------------------------------------------------
+def _repair_store(services: Services) -> RepairStore | None:
+    store = services.store
+    return cast(RepairStore, store) if callable(getattr(store, "list_repairs", None)) else None
+
+
+def _health(
+    nodes: Sequence[Node], alerts: Sequence[Alert], repairs: Sequence[Repair]
+) -> Counter[str]:
+    """Nodes by health, as the repair engine computes it (``medic.policy.waiting.node_health``)."""
+    firing: dict[NodeName, list[Alert]] = defaultdict(list)
+    for a in alerts:
+        if a.state is AlertState.FIRING:
+            firing[a.node].append(a)
+    by_node: dict[NodeName, list[Repair]] = defaultdict(list)
+    for r in repairs:
+        by_node[r.node].append(r)
+    failed = validation_failed_nodes(repairs)
+    return Counter(
+        node_health(firing[n.name], by_node[n.name], n.name in failed).value for n in nodes
+    )
+
+
+def _cluster(services: Services, name: ClusterName, all_jobs: Sequence[Job]) -> ClusterOut:
+    store = services.store
+    nodes = store.list_nodes(name)
+    jobs = [j for j in all_jobs if j.cluster == name]
+    repair_store = _repair_store(services)
+    alerts: list[Alert] = []
+    repairs: list[Repair] = []
+    breaker = counts = None
+    if repair_store is not None:
+        alerts = repair_store.list_alerts(cluster=name, state=AlertState.FIRING)
+        repairs = repair_store.list_repairs(cluster=name)
+        breaker = BreakerOut.of(repair_store.get_breaker(name))
+        open_repairs = [r for r in repairs if not r.state.is_terminal]
+        counts = RepairCountsOut(
+            open=len(open_repairs), by_state=_counts(r.state for r in open_repairs)
+        )
+    modes = None
+    if isinstance(store, ModeStore):
+        stored = cast(ModeStore, store).get_modes(name)
+        modes = ModesOut.of(stored, services.settings.scheduler.mode)
+    watched = name == services.cluster
+    return ClusterOut(
+        name=name,
+        scheduler=services.settings.scheduler.kind if watched else None,
+        watched=watched,
+        nodes=NodeCountsOut(
+            total=len(nodes),
+            by_state=_counts(n.state for n in nodes),
+            by_health=dict(sorted(_health(nodes, alerts, repairs).items())),
+        ),
+        jobs=JobCountsOut(total=len(jobs), by_state=_counts(j.state for j in jobs)),
+        modes=modes,
+        breaker=breaker,
+        repairs=counts,
+        goodput=GoodputSummaryOut.of(_overview_goodput(services, name, jobs)),
+    )
+
+
+def _counts(values: Iterable[enum.Enum]) -> dict[str, int]:
+    found = Counter(str(v.value) for v in values)
+    return dict(sorted(found.items()))
+
+
+@router.get("/clusters", response_model=list[ClusterOut], dependencies=[_Readers])
+def list_clusters(request: Request) -> list[ClusterOut]:
+    """Every cluster medic knows, by name."""
+    services = _services(request)
+    jobs = services.store.list_jobs()
+    return [_cluster(services, name, jobs) for name in _known(services, jobs)]
+
+
+@router.get("/clusters/{name}", response_model=ClusterOut, dependencies=[_Readers])
+def get_cluster(request: Request, name: ClusterName_) -> ClusterOut:
+    """One cluster's overview."""
+    services = _services(request)
+    cluster = ClusterName(name)
+    jobs = services.store.list_jobs(cluster)
+    if cluster not in _known(services, jobs):
+        raise NotFoundError(f"cluster {name!r} is not known to medic; see /api/v1/clusters")
+    return _cluster(services, cluster, jobs)

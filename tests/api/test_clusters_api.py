@@ -1,0 +1,271 @@
+"""``/api/v1/clusters`` and ``/api/v1/goodput`` over a real SQLite store.
+
+The simulated cluster ``sim`` runs in act mode and loses a GPU in job 1 (medic requeues it), so its
+goodput has badput. Beside it, a cluster ``lab`` is written straight into the store with attempts
+at known times, so its figures can be checked to the second:
+
+* job L1, 4 nodes: attempt 0 runs from -1000 s, last progress at -700 s (steps 1..100, checkpoint
+  at 80), requeued at -600 s; attempt 1 resumes from step 80 at -500 s and runs until now.
+  Productive 240 + 500 s, wasted progress 60 s (20 of 100 steps of [-1000, -700]), stalled 100 s,
+  downtime 100 s: a ratio of 740 / 1000.
+* job L2, 2 nodes, running since -300 s and never reported progress: unmeasured.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from medic.api.app import create_app
+from medic.config.loading import load_settings
+from medic.control.services import Services
+from medic.domain.attempts import Progress
+from medic.domain.auth import Role
+from medic.domain.cluster import Job, JobState
+from medic.domain.faults import FaultKind
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.testing import FakeClock
+from medic.wiring import build
+
+from .auth_kit import bearer, grant
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # starlette's test client on httpx
+    from fastapi.testclient import TestClient
+
+PROBLEM_JSON = "application/problem+json"
+LAB = ClusterName("lab")
+PASS_SECONDS = 0.5
+BADPUT_CAUSES = {"wasted_progress", "stalled", "downtime", "no_progress"}
+
+
+@dataclass(frozen=True)
+class Rig:
+    services: Services
+    client: TestClient
+    now: datetime
+
+
+def _lab_job(job_id: str, nodes: int, state: JobState, start: datetime | None, **kw: Any) -> Job:
+    names = tuple(NodeName(f"lab{i}") for i in range(nodes)) if start is not None else ()
+    return Job(
+        JobId(job_id),
+        LAB,
+        f"train-{job_id}",
+        state,
+        "gpu",
+        nodes=names,
+        num_nodes=nodes,
+        start_time=start,
+        **kw,
+    )
+
+
+def _seed_lab(services: Services, now: datetime) -> None:
+    store = services.store
+
+    def t(seconds: float) -> datetime:
+        return now + timedelta(seconds=seconds)
+
+    store.sync_jobs(LAB, [_lab_job("L1", 4, JobState.RUNNING, t(-1000))], t(-1000))
+    store.update_progress(
+        LAB,
+        JobId("L1"),
+        0,
+        Progress(first_step=1, last_step=100, last_checkpoint_step=80, last_progress_at=t(-700)),
+    )
+    store.sync_jobs(LAB, [_lab_job("L1", 4, JobState.PENDING, None, restart_count=1)], t(-600))
+    store.sync_jobs(LAB, [_lab_job("L1", 4, JobState.RUNNING, t(-500), restart_count=1)], t(-500))
+    store.update_progress(
+        LAB,
+        JobId("L1"),
+        1,
+        Progress(first_step=81, last_step=150, loaded_checkpoint_step=80, last_progress_at=t(-10)),
+    )
+    store.sync_jobs(LAB, [_lab_job("L2", 2, JobState.RUNNING, t(-300))], t(-300))
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    db = tmp_path_factory.mktemp("clusters") / "medic.db"
+    clock = FakeClock()
+    overrides: dict[str, object] = {
+        "store.url": f"sqlite:///{db}",
+        "scheduler.mode": "act",
+        "sim.nodes": 8,
+        "sim.jobs": 2,
+        "sim.nodes_per_job": 2,
+    }
+    services = build(load_settings(env={}, overrides=overrides), clock=clock, start_workload=True)
+    assert services.injector is not None
+
+    def passes(count: int) -> None:
+        for _ in range(count):
+            clock.advance(PASS_SECONDS)
+            services.loop.run_once()
+
+    passes(40)
+    services.injector.inject(FaultKind.GPU_FELL_OFF_BUS, job_id="1")
+    passes(40)
+    now = clock.now()
+    _seed_lab(services, now)
+    secret = grant(services.store, Role.VIEWER, "viewer-clusters")
+    try:
+        yield Rig(services, TestClient(create_app(services), headers=bearer(secret)), now)
+    finally:
+        services.close()
+
+
+def _ok(rig: Rig, path: str, **params: object) -> Any:
+    response = rig.client.get(path, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# --- /api/v1/goodput -----------------------------------------------------------------------------
+def test_goodput_of_a_cluster_with_known_attempts(rig: Rig) -> None:
+    body = _ok(rig, "/api/v1/goodput", cluster="lab", window=3600, buckets=6)
+    assert (body["cluster"], body["window_seconds"], body["bucket_seconds"]) == ("lab", 3600, 600)
+    summary = body["summary"]
+    assert summary["ratio"] == pytest.approx(0.74)
+    assert summary["productive_node_seconds"] == pytest.approx(4 * 740)
+    assert summary["badput"] == {
+        "wasted_progress": pytest.approx(4 * 60),
+        "stalled": pytest.approx(4 * 100),
+        "downtime": pytest.approx(4 * 100),
+        "no_progress": 0,
+    }
+    assert summary["badput_node_seconds"] == pytest.approx(4 * 260)
+    assert (summary["productive_seconds"], summary["badput_seconds"]) == (
+        pytest.approx(740),
+        pytest.approx(260),
+    )
+    # L2 never reported progress: counted apart, not in the ratio
+    assert summary["unmeasured_node_seconds"] == pytest.approx(2 * 300)
+    assert (summary["jobs"], summary["unmeasured_jobs"]) == (1, 1)
+    assert datetime.fromisoformat(summary["end"]) == rig.now
+    assert datetime.fromisoformat(summary["start"]) == rig.now - timedelta(hours=1)
+
+
+def test_the_goodput_series_covers_the_window_bucket_by_bucket(rig: Rig) -> None:
+    body = _ok(rig, "/api/v1/goodput", cluster="lab", window=1000, buckets=10)
+    series = body["series"]
+    assert len(series) == 10
+    assert series[0]["start"] == body["summary"]["start"]
+    assert series[-1]["end"] == body["summary"]["end"]
+    # [-1000, -800] productive, [-800, -700] 40 s kept then 60 s wasted, [-700, -600] stalled,
+    # [-600, -500] down, then attempt 1 runs.
+    ratios = [b["ratio"] for b in series]
+    assert ratios == [pytest.approx(r) for r in (1.0, 1.0, 0.4, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0)]
+    assert series[3]["badput"]["stalled"] == pytest.approx(400)
+    assert series[4]["badput"]["downtime"] == pytest.approx(400)
+    total = sum(b["productive_node_seconds"] for b in series)
+    assert total == pytest.approx(body["summary"]["productive_node_seconds"])
+
+
+def test_a_short_window_sees_only_the_running_attempt(rig: Rig) -> None:
+    summary = _ok(rig, "/api/v1/goodput", cluster="lab", window=60, buckets=1)["summary"]
+    assert summary["ratio"] == 1.0
+    assert summary["productive_node_seconds"] == pytest.approx(4 * 60)
+
+
+def test_the_simulated_cluster_lost_time_to_the_gpu_fault(rig: Rig) -> None:
+    summary = _ok(rig, "/api/v1/goodput", cluster="sim")["summary"]
+    assert summary["jobs"] == 2
+    assert summary["ratio"] is not None and 0 < summary["ratio"] < 1
+    assert summary["badput_node_seconds"] > 0
+
+
+def test_goodput_of_every_cluster_by_default(rig: Rig) -> None:
+    body = _ok(rig, "/api/v1/goodput", window=3600)
+    assert body["cluster"] is None
+    assert len(body["series"]) == 24  # the default
+    assert body["summary"]["jobs"] == 3  # two simulated jobs and L1
+    assert body["summary"]["unmeasured_jobs"] == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({"window": 59}, "window"),
+        ({"window": 30 * 86400 + 1}, "window"),
+        ({"window": "a day"}, "window"),
+        ({"buckets": 0}, "buckets"),
+        ({"buckets": 501}, "buckets"),
+    ],
+)
+def test_goodput_bounds_are_checked(rig: Rig, params: dict[str, object], names: str) -> None:
+    response = rig.client.get("/api/v1/goodput", params=params)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    problem = response.json()
+    assert problem["code"] == "invalid_request"
+    assert f"query.{names}" in problem["detail"]
+
+
+def test_goodput_of_an_unknown_cluster_is_a_404(rig: Rig) -> None:
+    response = rig.client.get("/api/v1/goodput", params={"cluster": "nowhere"})
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert "nowhere" in response.json()["detail"]
+
+
+# --- /api/v1/clusters ----------------------------------------------------------------------------
+def test_clusters_lists_the_watched_cluster_and_those_in_the_store(rig: Rig) -> None:
+    clusters = _ok(rig, "/api/v1/clusters")
+    assert [c["name"] for c in clusters] == ["lab", "sim"]
+    lab, sim = clusters
+    assert (sim["watched"], sim["scheduler"]) == (True, "sim")
+    assert (lab["watched"], lab["scheduler"]) == (False, None)
+    assert lab["goodput"]["ratio"] == pytest.approx(0.74)
+    assert lab["jobs"] == {"total": 2, "by_state": {"running": 2}}
+
+
+def test_one_cluster_has_its_counts_modes_breaker_and_goodput(rig: Rig) -> None:
+    sim = _ok(rig, "/api/v1/clusters/sim")
+    assert sim["nodes"]["total"] == 8
+    assert sum(sim["nodes"]["by_state"].values()) == 8
+    assert sum(sim["nodes"]["by_health"].values()) == 8
+    assert set(sim["nodes"]["by_health"]) <= {
+        "healthy",
+        "degraded",
+        "under_repair",
+        "out_of_service",
+    }
+    assert sim["jobs"]["total"] == 2
+    assert sim["modes"]["effective_mode"] == "act"
+    assert sim["breaker"] == {
+        "cluster": "sim",
+        "tripped": False,
+        "tripped_at": None,
+        "reason": None,
+        "reset_by": None,
+        "reset_at": None,
+    }
+    assert sim["repairs"]["open"] == sum(sim["repairs"]["by_state"].values())
+    goodput = sim["goodput"]
+    assert set(goodput["badput"]) == BADPUT_CAUSES
+    assert datetime.fromisoformat(goodput["end"]) - datetime.fromisoformat(
+        goodput["start"]
+    ) == timedelta(days=1)
+    assert goodput == _ok(rig, "/api/v1/goodput", cluster="sim", window=86400)["summary"]
+
+
+def test_an_unknown_cluster_is_a_404(rig: Rig) -> None:
+    response = rig.client.get("/api/v1/clusters/nowhere")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    problem = response.json()
+    assert problem["code"] == "not_found"
+    assert "/api/v1/clusters" in problem["detail"]
+
+
+def test_the_routes_need_a_token(rig: Rig) -> None:
+    for path in ("/api/v1/clusters", "/api/v1/clusters/sim", "/api/v1/goodput"):
+        response = rig.client.get(path, headers={"Authorization": ""})
+        assert response.status_code == 401, path

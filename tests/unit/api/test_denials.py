@@ -1,0 +1,57 @@
+"""The rate at which refused requests are written one by one, and the count of the others."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from medic.api.denials import DenialLimiter
+
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+ANON = ("10.0.0.9", "anonymous")
+
+
+def test_a_burst_is_written_then_refusals_are_counted_onto_the_next_event() -> None:
+    limiter = DenialLimiter(burst=3, per_minute=6)  # one more every 10 s
+    assert [limiter.admit(ANON, T0) for _ in range(5)] == [0, 0, 0, None, None]
+    assert limiter.admit(ANON, T0 + timedelta(seconds=5)) is None
+    assert limiter.admit(ANON, T0 + timedelta(seconds=10)) == 3, "three counted since"
+    assert limiter.admit(ANON, T0 + timedelta(seconds=10)) is None
+    assert limiter.drain() == {ANON: 1}
+    assert limiter.drain() == {}, "drained once"
+
+
+def test_callers_have_their_own_buckets() -> None:
+    limiter = DenialLimiter(burst=1, per_minute=1)
+    assert limiter.admit(ANON, T0) == 0
+    assert limiter.admit(ANON, T0) is None
+    assert limiter.admit(("10.0.0.9", "ci-viewer"), T0) == 0
+    assert limiter.admit(("10.0.0.10", "anonymous"), T0) == 0
+
+
+def test_every_refusal_is_accounted_for() -> None:
+    limiter = DenialLimiter(burst=5, per_minute=30)
+    written = []
+    for i in range(1000):
+        got = limiter.admit(ANON, T0 + timedelta(milliseconds=100 * i))
+        if got is not None:
+            written.append(got)
+    pending = sum(limiter.drain().values())
+    assert len(written) + sum(written) + pending == 1000
+    assert len(written) < 60, "100 s at 30 a minute, plus the burst"
+
+
+def test_a_full_table_forgets_callers_with_nothing_pending() -> None:
+    limiter = DenialLimiter(burst=1, per_minute=1, max_callers=4)
+    limiter.admit(ANON, T0)
+    limiter.admit(ANON, T0)  # pending: kept
+    for n in range(10):
+        limiter.admit((f"10.1.0.{n}", "anonymous"), T0)
+    assert limiter.drain() == {ANON: 1}
+
+
+@pytest.mark.parametrize(("burst", "rate"), [(0, 1.0), (1, 0.0)])
+def test_nonsense_limits_are_refused(burst: int, rate: float) -> None:
+    with pytest.raises(ValueError, match="burst"):
+        DenialLimiter(burst=burst, per_minute=rate)

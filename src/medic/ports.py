@@ -198,6 +198,10 @@ class Store(AuditQuery, Protocol):
     # --- inventory -------------------------------------------------------------------------
     def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None: ...
 
+    def list_clusters(self) -> dict[ClusterName, str | None]:
+        """Every cluster in the store and its scheduler kind (None: not known yet)."""
+        ...
+
     def sync_nodes(self, cluster: ClusterName, nodes: Sequence[Node], now: datetime) -> None:
         """Upsert the nodes' current state."""
         ...

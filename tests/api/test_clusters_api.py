@@ -26,7 +26,7 @@ from medic.config.loading import load_settings
 from medic.control.services import Services
 from medic.domain.attempts import Progress
 from medic.domain.auth import Role
-from medic.domain.cluster import Job, JobState
+from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.faults import FaultKind
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.testing import FakeClock
@@ -114,6 +114,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     passes(40)
     now = clock.now()
     _seed_lab(services, now)
+    # a cluster another medic watches: nodes, no jobs yet
+    services.store.ensure_cluster(ClusterName("gpu-b"), "slurm")
+    services.store.sync_nodes(ClusterName("gpu-b"), [Node(NodeName("b1"), NodeState.IDLE)], now)
     secret = grant(services.store, Role.VIEWER, "viewer-clusters")
     try:
         yield Rig(services, TestClient(create_app(services), headers=bearer(secret)), now)
@@ -218,10 +221,12 @@ def test_goodput_of_an_unknown_cluster_is_a_404(rig: Rig) -> None:
 # --- /api/v1/clusters ----------------------------------------------------------------------------
 def test_clusters_lists_the_watched_cluster_and_those_in_the_store(rig: Rig) -> None:
     clusters = _ok(rig, "/api/v1/clusters")
-    assert [c["name"] for c in clusters] == ["lab", "sim"]
-    lab, sim = clusters
+    assert [c["name"] for c in clusters] == ["gpu-b", "lab", "sim"]
+    other, lab, sim = clusters
     assert (sim["watched"], sim["scheduler"]) == (True, "sim")
-    assert (lab["watched"], lab["scheduler"]) == (False, None)
+    assert (lab["watched"], lab["scheduler"]) == (False, None), "known from its jobs only"
+    assert (other["watched"], other["scheduler"]) == (False, "slurm")
+    assert other["nodes"]["total"] == 1 and other["jobs"]["total"] == 0
     assert lab["goodput"]["ratio"] == pytest.approx(0.74)
     assert lab["jobs"] == {"total": 2, "by_state": {"running": 2}}
 

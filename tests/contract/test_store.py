@@ -207,6 +207,15 @@ def test_nodes_and_jobs_round_trip(store: SqlStore) -> None:
     assert store.get_job(C, JobId("404")) is None
 
 
+def test_clusters_are_listed_with_their_scheduler(store: SqlStore) -> None:
+    assert store.list_clusters() == {}
+    store.ensure_cluster(C, "slurm")
+    store.sync_nodes(ClusterName("b"), [_node("n1")], T0)  # known from its nodes only
+    assert store.list_clusters() == {ClusterName("b"): None, C: "slurm"}
+    store.ensure_cluster(ClusterName("b"), "sim")
+    assert store.list_clusters()[ClusterName("b")] == "sim"
+
+
 def test_sync_writes_only_changed_rows(store: SqlStore, raw: sa.Engine) -> None:
     nodes = [_node(f"n{i}") for i in range(50)]
     store.sync_nodes(C, nodes, T0)  # no ensure_cluster first: the sync creates the cluster row

@@ -92,8 +92,11 @@ def _services(request: Request) -> Services:
     return services
 
 
-def _known(services: Services, jobs: Sequence[Job]) -> list[ClusterName]:
-    return sorted({services.cluster} | {j.cluster for j in jobs})
+def _known(services: Services) -> dict[ClusterName, str | None]:
+    """Every cluster in the store (nodes, jobs or a medic watching it) and its scheduler kind."""
+    known = services.store.list_clusters()
+    known.setdefault(services.cluster, services.settings.scheduler.kind)
+    return dict(sorted(known.items()))
 
 
 # --- goodput -------------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ def get_goodput(
     services = _services(request)
     name = ClusterName(cluster) if cluster else None
     jobs = services.store.list_jobs(name)
-    if name is not None and name not in _known(services, jobs):
+    if name is not None and name not in _known(services):
         raise NotFoundError(f"cluster {name!r} is not known to medic; see /api/v1/clusters")
     now = services.clock.now()
     start = now - timedelta(seconds=window)
@@ -178,7 +181,9 @@ def _health(
     )
 
 
-def _cluster(services: Services, name: ClusterName, all_jobs: Sequence[Job]) -> ClusterOut:
+def _cluster(
+    services: Services, name: ClusterName, scheduler: str | None, all_jobs: Sequence[Job]
+) -> ClusterOut:
     store = services.store
     nodes = store.list_nodes(name)
     jobs = [j for j in all_jobs if j.cluster == name]
@@ -201,7 +206,7 @@ def _cluster(services: Services, name: ClusterName, all_jobs: Sequence[Job]) -> 
     watched = name == services.cluster
     return ClusterOut(
         name=name,
-        scheduler=services.settings.scheduler.kind if watched else None,
+        scheduler=scheduler,
         watched=watched,
         nodes=NodeCountsOut(
             total=len(nodes),
@@ -226,7 +231,7 @@ def list_clusters(request: Request) -> list[ClusterOut]:
     """Every cluster medic knows, by name."""
     services = _services(request)
     jobs = services.store.list_jobs()
-    return [_cluster(services, name, jobs) for name in _known(services, jobs)]
+    return [_cluster(services, name, kind, jobs) for name, kind in _known(services).items()]
 
 
 @router.get("/clusters/{name}", response_model=ClusterOut, dependencies=[_Readers])
@@ -235,6 +240,7 @@ def get_cluster(request: Request, name: ClusterName_) -> ClusterOut:
     services = _services(request)
     cluster = ClusterName(name)
     jobs = services.store.list_jobs(cluster)
-    if cluster not in _known(services, jobs):
+    known = _known(services)
+    if cluster not in known:
         raise NotFoundError(f"cluster {name!r} is not known to medic; see /api/v1/clusters")
-    return _cluster(services, cluster, jobs)
+    return _cluster(services, cluster, known[cluster], jobs)

@@ -103,8 +103,8 @@ class RepairCountsOut(BaseModel):
 class ClusterOut(BaseModel):
     name: str
     scheduler: str | None
-    """The scheduler kind (``sim``, ``slurm``) of the cluster this medic watches; null for a
-    cluster known only from stored jobs."""
+    """The scheduler kind (``sim``, ``slurm``) as recorded by the medic watching the cluster;
+    null for a cluster known only from stored jobs or nodes."""
     watched: bool
     """True for the cluster this medic process watches."""
     nodes: NodeCountsOut

@@ -77,6 +77,9 @@ class SqlStore:
     def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None:
         self._inventory.ensure_cluster(cluster, scheduler)
 
+    def list_clusters(self) -> dict[ClusterName, str | None]:
+        return self._inventory.list_clusters()
+
     def sync_nodes(self, cluster: ClusterName, nodes: Sequence[Node], now: datetime) -> None:
         self._inventory.sync_nodes(cluster, nodes, now)
 

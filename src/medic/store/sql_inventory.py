@@ -61,6 +61,13 @@ class Inventory:
         with self._lock:
             self._known_clusters.add(cluster)
 
+    def list_clusters(self) -> dict[ClusterName, str | None]:
+        rows = self._db.read(lambda conn: conn.execute(sa.select(clusters)).all())
+        return {
+            ClusterName(row.name): None if row.scheduler == UNKNOWN_SCHEDULER else row.scheduler
+            for row in sorted(rows, key=lambda r: str(r.name))
+        }
+
     def _ensure_cluster_row(self, conn: Connection, cluster: str) -> None:
         # Nodes and jobs reference their cluster; a sync before ensure_cluster still works.
         if cluster not in self._known_clusters:

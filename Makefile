@@ -51,8 +51,10 @@ pytest: $(VENV)/.installed-dev chromium
 
 test: lint typecheck imports pytest
 
+# Every benchmark, one after the other (about an hour on 2 cores); the last line is one JSON
+# object. One of them: make bench ONLY=api (names: benchmarks/bench_NAME.py).
 bench: $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/bench_loop.py
+	$(BIN)/python benchmarks/run_all.py $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -165,6 +165,9 @@ class ApiSettings:
     """Address ``medic serve`` binds; loopback unless told otherwise."""
     port: int = 8765
     """TCP port of the HTTP API."""
+    run_loop: bool = True
+    """Run the control loop inside ``medic serve``. False serves only the API and the console
+    over the store: for extra API replicas, or when the loop runs in another process."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from medic.detect.catalogue import load_catalogue
-from medic.detect.engines import UNBOUNDED, compile_pattern, parse_pattern, strip_rank_prefix
 from medic.detect.matcher import SignatureDiagnoser
+from medic.detect.patterns import UNBOUNDED, compile_pattern, parse_pattern, strip_rank_prefix
 from medic.detect.signatures import CATALOGUE, Signature
 from medic.domain.diagnosis import Role
 from medic.errors import ConfigError

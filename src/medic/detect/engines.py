@@ -1,25 +1,22 @@
 """Regex engines behind one interface: which signatures may match which lines of a byte buffer.
 
-An :class:`Engine` is built from the catalogue's patterns (Python ``re`` syntax) and scans a whole
-buffer of newline-separated lines at once, returning ``(pattern index, end offset)`` candidates.
-Candidates are a *superset* filter: every line on which pattern ``i`` matches the line's body (the
-text after the ``[rankN]:`` prefix, per :func:`strip_rank_prefix`) yields at least one candidate
-for ``i`` whose byte ``end - 1`` lies on that line; the matcher confirms each candidate with Python
-``re`` (:func:`compile_pattern`) and extracts the fields. Engines, best first:
+An :class:`Engine` is built from the catalogue's patterns (Python ``re`` syntax, see
+:mod:`medic.detect.patterns`) and scans a whole buffer of newline-separated lines at once,
+returning ``(pattern index, end offset)`` candidates. Candidates are a *superset* filter: every
+line on which pattern ``i`` matches the line's body (the text after the ``[rankN]:`` prefix, per
+:func:`~medic.detect.patterns.strip_rank_prefix`) yields at least one candidate for ``i`` whose
+byte ``end - 1`` lies on that line; the matcher confirms each candidate with Python ``re``
+(:func:`~medic.detect.patterns.compile_pattern`) and extracts the fields. Engines, best first:
 
 * :class:`HyperscanEngine`: all patterns in one Hyperscan database (``HS_FLAG_MULTILINE``, on
   bytes: any input is fine), whole chunks of about 1 MiB per call, a scratch per thread. Each
-  pattern is rewritten from its ``re`` parse tree (:func:`hyperscan_expression`) into one that
-  matches at least as much and costs Hyperscan less: ``^`` also accepts the rank prefix, named
-  groups become plain ones, a character that may be non-ASCII is one to four bytes, long runs
-  become unbounded, what Hyperscan lacks (look-around, back-references) is dropped, and parts
-  that hold no selective literal are cut off (an optional tail, a ``^`` before a long literal,
-  what precedes a ``.{0,300}`` gap). Hyperscan reports every end offset, hence the cut tails.
+  pattern is first rewritten into one that matches at least as much and costs Hyperscan less
+  (:func:`~medic.detect.hyperscan_rewrite.hyperscan_expression`).
 * :class:`Re2Engine` (google-re2) and :class:`ReEngine` (stdlib): line by line behind a literal
   pre-filter over the whole buffer (a literal each pattern requires, from its parse tree).
 
-Matching is ASCII (``re.ASCII``: ``\\w``, ``\\d``, ``\\b`` and ``(?i)`` as in Hyperscan), so every
-engine gives the same answer. Pure: no I/O; Hyperscan and re2 are optional imports.
+Matching is ASCII, so every engine gives the same answer. Pure: no I/O; Hyperscan and re2 are
+optional imports.
 """
 
 from __future__ import annotations
@@ -32,23 +29,24 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from medic.detect.hyperscan_rewrite import HS_START, hyperscan_expression
+from medic.detect.patterns import (
+    HEAD_BYTES,
+    MAX_MATCH_CHARS,
+    compile_pattern,
+    required_literals,
+    strip_rank_prefix,
+)
+
 __all__ = [
     "ENGINES",
-    "HEAD_BYTES",
-    "MAX_MATCH_CHARS",
-    "UNBOUNDED",
     "Engine",
     "HyperscanEngine",
     "Re2Engine",
     "ReEngine",
     "available_engines",
-    "compile_pattern",
     "hyperscan_errors",
-    "hyperscan_expression",
     "make_engine",
-    "parse_pattern",
-    "required_literals",
-    "strip_rank_prefix",
 ]
 
 
@@ -61,293 +59,11 @@ def _optional(module: str) -> Any:
 
 _hs: Any = _optional("hyperscan")
 _re2: Any = _optional("re2")
-_sre: Any = importlib.import_module("re._parser")  # the stdlib's own parser: exact re semantics
-_C: Any = importlib.import_module("re._constants")
 
 ENGINES = ("hyperscan", "re2", "re")
 """Engine names, best first."""
-MAX_MATCH_CHARS = 16_384
-"""Characters of a line that are matched; the rest is ignored."""
-HEAD_BYTES = 4 * MAX_MATCH_CHARS + 4
-"""Bytes of a line that always hold its first ``MAX_MATCH_CHARS`` characters once decoded."""
 CHUNK_BYTES = 1 << 20
 """About how much of a buffer Hyperscan scans per call (always whole lines)."""
-UNBOUNDED: int = int(_C.MAXREPEAT)
-"""The upper bound of an unbounded repeat in a parse tree (:func:`parse_pattern`)."""
-
-# torchrun/srun prefixes: ``[rank3]:`` (global rank, kept) and ``[default3]:`` (torchrun --tee,
-# a local rank, dropped).
-_RANK_PREFIX = re.compile(r"\[(?:rank(?P<rank>[0-9]{1,7})|default[0-9]{1,7})\]:[ \t]*")
-# What str.splitlines() ends a line on, besides \n: a body (the text a pattern sees) never
-# contains one, so in a raw buffer they also start and end a body.
-_SEPARATORS = r"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]"
-_PREFIX = r"(?:\[(?:rank|default)[0-9]{1,7}\]:)?[ \t]*"
-_HS_START = rf"(?:^|{_SEPARATORS}){_PREFIX}"
-_HS_END = rf"(?:$|{_SEPARATORS})"
-
-
-def strip_rank_prefix(text: str) -> tuple[str, int | None]:
-    """The line without its leading ``[rankN]:`` / ``[defaultN]:`` prefix, and the global rank."""
-    match = _RANK_PREFIX.match(text) if text[:1] == "[" else None
-    if match is None:
-        return text.lstrip(" \t"), None
-    rank = match.group("rank")
-    return text[match.end() :], int(rank) if rank is not None else None
-
-
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    """A signature's pattern as the matcher confirms it (``re.ASCII``). Raises ``re.error``."""
-    return re.compile(pattern, re.ASCII)
-
-
-@functools.lru_cache(maxsize=2048)
-def parse_pattern(pattern: str) -> tuple[tuple[tuple[Any, Any], ...], int]:
-    """The ``re`` parse tree of ``pattern`` (``(opcode, argument)`` pairs) and its flags."""
-    tree = _sre.parse(pattern, re.ASCII)
-    return tuple(tree), int(tree.state.flags)
-
-
-# --- pattern rewriting for Hyperscan (from the parse tree) -------------------------------------
-
-_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-_CHARS = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
-_ATOMS = (*_CHARS, "SUBPATTERN", "BRANCH", "ATOMIC_GROUP")
-_LONG = 64  # bytes: a longer bounded run of one class is made unbounded
-_ALL = frozenset(range(256))
-_HIGH = frozenset(range(128, 256))
-_ASCII_SETS = {  # re.ASCII's classes; \s never holds \n here: no match spans two lines
-    "CATEGORY_DIGIT": frozenset(range(48, 58)),
-    "CATEGORY_WORD": frozenset(c for c in range(128) if chr(c).isalnum() or c == 95),
-    "CATEGORY_SPACE": frozenset((9, 10, 11, 12, 13, 32)),
-}
-
-
-def _charset(items: Sequence[tuple[Any, Any]]) -> set[int] | None:
-    """Every byte a match of ``items`` may hold (a non-ASCII character: any byte >= 0x80), or
-    None when ``items`` holds more than characters, groups and repeats (an anchor)."""
-    codes: set[int] = set()
-    for op, av in items:
-        name = str(op)
-        if name == "LITERAL":
-            codes.update(chr(av).encode("utf-8", "surrogatepass"))
-        elif name in ("NOT_LITERAL", "ANY"):
-            codes.update(_ALL)
-        elif name == "IN":
-            members: set[int] = set()
-            for kind, value in av:
-                if str(kind) == "CATEGORY":
-                    base = _ASCII_SETS[str(value).replace("NOT_", "")]
-                    members.update(_ALL - base if "NOT_" in str(value) else base)
-                elif str(kind) in ("LITERAL", "RANGE"):
-                    low, high = (value, value) if str(kind) == "LITERAL" else value
-                    members.update(range(low, min(high, 127) + 1), _HIGH if high > 127 else ())
-            codes.update(_ALL - members | _HIGH if str(av[0][0]) == "NEGATE" else members)
-        elif name in (*_REPEATS, "SUBPATTERN", "BRANCH"):
-            parts = [av[2]] if name in _REPEATS else [av[3]] if name == "SUBPATTERN" else av[1]
-            for inner in map(_charset, map(list, parts)):
-                if inner is None:
-                    return None
-                codes.update(inner)
-        else:
-            return None
-    return codes - {10}
-
-
-def _byte_class(codes: set[int]) -> str:
-    if codes == _ALL - {10}:
-        return r"[^\n]"
-    ranges: list[list[int]] = []
-    for code in sorted(codes):
-        if ranges and ranges[-1][1] == code - 1:
-            ranges[-1][1] = code
-        else:
-            ranges.append([code, code])
-    return "[" + "".join(f"\\x{a:02x}" + (f"-\\x{b:02x}" if b > a else "") for a, b in ranges) + "]"
-
-
-def _quantifier(low: int, high: int) -> str:
-    if high == UNBOUNDED:
-        return "*" if low == 0 else "+" if low == 1 else f"{{{low},}}"
-    if low == high:
-        return "" if low == 1 else f"{{{low}}}"
-    return "?" if (low, high) == (0, 1) else f"{{{low},{high}}}"
-
-
-def _one(op: Any, av: Any) -> tuple[str, bool]:
-    """One character as bytes: the expression and whether it may take several bytes."""
-    if str(op) == "LITERAL":
-        char = chr(av)
-        if char.isascii():
-            return (char if char.isalnum() or char in " _" else f"\\x{av:02x}"), False
-        return "(?:" + "".join(
-            f"\\x{b:02x}" for b in char.encode("utf-8", "surrogatepass")
-        ) + ")", False
-    codes = _charset([(op, av)]) or set()
-    return _byte_class(codes), bool(codes & _HIGH)
-
-
-def _emit(items: Sequence[tuple[Any, Any]]) -> str:  # noqa: C901 - one branch per opcode
-    """A parse tree as a Hyperscan expression on bytes that matches at least as much.
-
-    A character that may be non-ASCII is one to four bytes (``.`` is ``[^\\n]{1,4}``); a long
-    run of one class, or an optional repeat of a group of characters, is an unbounded run of
-    their bytes (``.{0,300}`` is ``[^\\n]*``): far cheaper for Hyperscan, and only wider. (Its
-    UTF-8 mode compiles ``.{0,400}`` for a minute, hence bytes.)
-    """
-    out: list[str] = []
-    for op, av in items:
-        name = str(op)
-        if name in _CHARS:
-            text, wide = _one(op, av)
-            out.append(text + "{1,4}" if wide else text)
-        elif name in _REPEATS:
-            low, high, sub = av[0], av[1], list(av[2])
-            if low == 0 and high > 1 and (codes := _charset(sub)) is not None:
-                out.append(_byte_class(codes) + "*")
-            elif len(sub) == 1 and str(sub[0][0]) in _CHARS:
-                text, wide = _one(*sub[0])
-                if high != UNBOUNDED and high * (4 if wide else 1) > _LONG:
-                    low, high = min(low, _LONG), UNBOUNDED
-                out.append(
-                    text + _quantifier(low, 4 * high if wide and high != UNBOUNDED else high)
-                )
-            else:
-                atom = len(sub) == 1 and str(sub[0][0]) in _ATOMS
-                out.append((_emit(sub) if atom else f"(?:{_emit(sub)})") + _quantifier(low, high))
-        elif name == "SUBPATTERN":
-            add, remove = av[1] & re.IGNORECASE, av[2] & re.IGNORECASE
-            out.append(f"(?{'i' if add else '-i' if remove else ''}:{_emit(list(av[3]))})")
-        elif name == "ATOMIC_GROUP":
-            out.append(f"(?:{_emit(list(av))})")
-        elif name in ("BRANCH", "GROUPREF_EXISTS"):
-            alternatives = av[1] if name == "BRANCH" else [av[1], av[2] or []]
-            out.append("(?:" + "|".join(_emit(list(alt)) for alt in alternatives) + ")")
-        elif name == "GROUPREF":
-            out.append(r"[^\n]*")
-        elif name == "AT" and str(av) in ("AT_BEGINNING", "AT_BEGINNING_STRING"):
-            out.append(_HS_START)
-        elif name == "AT" and str(av) in ("AT_END", "AT_END_STRING"):
-            out.append(_HS_END)
-        elif name == "AT" and str(av) == "AT_BOUNDARY":
-            out.append(r"\b")
-        # anything else (look-around, \B) is dropped, which only widens the match
-    return "".join(out)
-
-
-def _trim(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """``items`` without the tail that can match nothing (an anchor, ``x?``, ``.{0,300}``), a
-    trailing ``x{m,n}`` cut to ``x{m}``: a match of the original contains one of the trimmed
-    pattern ending on the same line, and the trimmed one reports one end offset, not 300."""
-    out = list(items)
-    while out:
-        op, av = out[-1]
-        name = str(op)
-        if name in ("AT", "ASSERT", "ASSERT_NOT") or (name in _REPEATS and av[0] == 0):
-            out.pop()
-            continue
-        if name in _REPEATS:
-            out[-1] = (op, (av[0], av[0], av[2]))
-        elif name in ("SUBPATTERN", "BRANCH"):
-            parts = [av[3]] if name == "SUBPATTERN" else av[1]
-            trimmed = [_trim(list(part)) for part in parts]
-            if not all(trimmed):
-                out.pop()
-                continue
-            out[-1] = (op, (*av[:3], trimmed[0]) if name == "SUBPATTERN" else (av[0], trimmed))
-        break
-    return out
-
-
-def _is_gap(op: Any, av: Any) -> bool:
-    """A long run of almost any character: ``.{0,300}``, ``[^,\\n]*``, ``[ -~]{0,400}``."""
-    if str(op) not in _REPEATS or len(av[2]) != 1 or (av[1] <= _LONG and av[1] != UNBOUNDED):
-        return False
-    return len(_charset(list(av[2])) or ()) >= 90
-
-
-def _after_gap(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """What follows the last gap of ``items`` when it holds the pattern's best literal (four
-    characters or more): Hyperscan then looks for that literal instead of following every
-    ``: `` of the buffer into a ``.{0,300}``, and drops no selective part."""
-    if len(items) == 1 and str(items[0][0]) == "BRANCH":
-        branch = items[0][1]
-        return [(items[0][0], (branch[0], [_after_gap(list(alt)) for alt in branch[1]]))]
-    gaps = [i for i, (op, av) in enumerate(items) if _is_gap(op, av)]
-    if gaps:
-        rest = items[gaps[-1] + 1 :]
-        literals = _best(_literal_runs(rest))
-        if literals and min(map(len, literals)) >= 4 and literals == _best(_literal_runs(items)):
-            return rest
-    return items
-
-
-def _unanchored(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """``items`` without a leading ``^`` and what can match nothing after it, when the rest
-    holds the pattern's best literal and that has six characters or more: following every
-    line start through ``[rankN]:`` costs Hyperscan more than finding ``FileNotFoundError``."""
-    if len(items) == 1 and str(items[0][0]) == "BRANCH":
-        branch = items[0][1]
-        return [(items[0][0], (branch[0], [_unanchored(list(alt)) for alt in branch[1]]))]
-    rest = list(items)
-    if not rest or str(rest[0][0]) != "AT" or "BEGINNING" not in str(rest[0][1]):
-        return items
-    while rest and (
-        str(rest[0][0]) == "AT" or (str(rest[0][0]) in _REPEATS and rest[0][1][0] == 0)
-    ):
-        rest.pop(0)
-    literals = _best(_literal_runs(rest))
-    if literals and min(map(len, literals)) >= 6 and literals == _best(_literal_runs(items)):
-        return rest
-    return items
-
-
-def hyperscan_expression(pattern: str) -> tuple[bytes, bool]:
-    """The Hyperscan expression for ``pattern`` (bytes, multiline) and whether it is caseless."""
-    items, flags = parse_pattern(pattern)
-    expression = _emit(_unanchored(_after_gap(_trim(list(items)) or list(items))))
-    return expression.encode("utf-8"), bool(flags & re.IGNORECASE)
-
-
-def _literal_runs(items: Sequence[tuple[Any, Any]]) -> list[set[str] | None]:
-    """For each element of a sequence: a set of strings one of which a match must contain."""
-    found: list[set[str] | None] = []
-    run: list[str] = []
-    for op, av in items:
-        name = str(op)
-        if name == "LITERAL" and chr(av) not in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":
-            run.append(chr(av))
-            continue
-        found.append({"".join(run)} if run else None)
-        run = []
-        if name == "SUBPATTERN":
-            found.append(_best(_literal_runs(list(av[3]))))
-        elif name == "ATOMIC_GROUP":
-            found.append(_best(_literal_runs(list(av))))
-        elif name in _REPEATS and av[0] >= 1:
-            found.append(_best(_literal_runs(list(av[2]))))
-        elif name == "BRANCH":
-            options = [_best(_literal_runs(list(alt))) for alt in av[1]]
-            found.append(None if None in options else {s for o in options if o for s in o})
-    found.append({"".join(run)} if run else None)
-    return found
-
-
-def _best(candidates: list[set[str] | None]) -> set[str] | None:
-    usable = [c for c in candidates if c]
-    return max(usable, key=lambda c: (min(map(len, c)), -len(c))) if usable else None
-
-
-def required_literals(pattern: str) -> tuple[bytes, ...] | None:
-    """Lowercase UTF-8 literals one of which every line the pattern matches contains (ASCII case
-    folded), or None when no literal of three characters or more is required."""
-    items, _ = parse_pattern(pattern)
-    best = _best(_literal_runs(items))
-    if not best or min(map(len, best)) < 3:
-        return None
-    return tuple(sorted({s.encode("utf-8").lower() for s in best}))
-
-
-# --- engines ------------------------------------------------------------------------------------
 
 
 class Engine(Protocol):
@@ -412,7 +128,7 @@ class HyperscanEngine:
         self.fallbacks = tuple(sorted(hyperscan_errors(patterns)))
         expressions = [hyperscan_expression(p) for p in patterns]
         for index in self.fallbacks:
-            expressions[index] = (f"{_HS_START}[^\\n]".encode(), False)
+            expressions[index] = (f"{HS_START}[^\\n]".encode(), False)
         self._database = _hs_database(tuple(expressions)) if expressions else None
         self._chunk = max(1, chunk_bytes)
         self._local = threading.local()

@@ -25,14 +25,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from medic.detect.catalogue import default_catalogue
-from medic.detect.engines import (
-    HEAD_BYTES,
-    MAX_MATCH_CHARS,
-    Engine,
-    compile_pattern,
-    make_engine,
-    strip_rank_prefix,
-)
+from medic.detect.engines import Engine, make_engine
+from medic.detect.patterns import HEAD_BYTES, MAX_MATCH_CHARS, compile_pattern, strip_rank_prefix
 from medic.detect.signatures import Signature
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import SignatureId

@@ -10,7 +10,9 @@ log files, spool and Slurm's saved state) lives in one state directory::
 
 ``up`` is idempotent (it starts only what is not running) and ``down`` stops exactly what ``up``
 started. The cluster keeps Slurm's saved state between ``down`` and ``up``, like a real cluster
-restart; ``down(purge=True)`` forgets it, together with the accounting database.
+restart; ``down(purge=True)`` forgets it, together with the accounting database. This module
+decides what runs (configuration, start/stop order, status); the daemons as processes are
+:mod:`medic.dev.slurm_daemons`'s.
 """
 
 from __future__ import annotations
@@ -31,18 +33,14 @@ from typing import Any
 from medic.dev import slurm_host as host
 from medic.dev.slurm_config import (
     GPUS_PER_NODE,
-    SLURMCTLD,
-    SLURMD,
-    SLURMDBD,
-    SLURMSTEPD,
     Accounting,
     Layout,
     Ports,
     Saved,
     load_saved,
     write_files,
-    write_slurm_conf,
 )
+from medic.dev.slurm_daemons import SlurmDaemons
 from medic.dev.slurm_host import DevClusterError
 
 __all__ = [
@@ -55,7 +53,6 @@ __all__ = [
 ]
 
 CLUSTER_NAME = "medic"
-START_TIMEOUT_S = 20.0
 
 
 def default_state_dir() -> Path:
@@ -141,6 +138,12 @@ class LocalSlurm:
             database = Accounting(database=f"medic_slurm_acct{suffix}")
         self.db = database
         self.say = say or (lambda _msg: None)
+        self._daemons = SlurmDaemons(
+            self.layout,
+            lambda: self.env.environ(),
+            cluster=CLUSTER_NAME,
+            say=lambda message: self.say(message),  # read late: a caller may replace say
+        )
 
     # ----------------------------------------------------------------- public API
     @property
@@ -181,7 +184,7 @@ class LocalSlurm:
         )
         with self._locked():
             saved = load_saved(self.layout)
-            if any(pid is not None for pid in self._daemon_pids(saved).values()):
+            if any(pid is not None for pid in self._daemons.pids(saved, self.node_names).values()):
                 assert saved is not None
                 if saved.nodes != self.node_names:
                     raise DevClusterError(
@@ -190,8 +193,8 @@ class LocalSlurm:
                     )
             else:
                 saved = self._configure(saved)
-            started_nodes = self._start_missing(saved)
-        self._wait_ready(started_nodes, started + timeout_s)
+            started_nodes = self._daemons.start_missing(saved)
+        self._daemons.wait_ready(started_nodes, started + timeout_s)
         return self.env
 
     def down(self, *, purge: bool = False, timeout_s: float = 15.0) -> list[int]:
@@ -199,7 +202,7 @@ class LocalSlurm:
         return the pids stopped. ``purge`` also deletes the saved state and accounting database."""
         with self._locked():
             saved = load_saved(self.layout)
-            pids = self._daemon_pids(saved)
+            pids = self._daemons.pids(saved, self.node_names)
             daemons = {pid for pid in pids.values() if pid is not None}
             # slurmstepd and job processes (slurmd's grandchildren, re-parented): they go first
             family = daemons | set(host.descendants(daemons))
@@ -223,10 +226,10 @@ class LocalSlurm:
     def status(self) -> ClusterStatus:
         """Per-daemon pid (None: not running), nodes and their states, accounting on/off."""
         saved = load_saved(self.layout)
-        pids = self._daemon_pids(saved)
+        pids = self._daemons.pids(saved, self.node_names)
         nodes: list[dict[str, Any]] = []
         if pids.get("slurmctld") is not None:
-            nodes = [host.node_summary(n) for n in self._sinfo()]
+            nodes = [host.node_summary(n) for n in self._daemons.sinfo()]
         note = saved.accounting_note if saved else "not configured (run up)"
         return ClusterStatus(
             state_dir=str(self.state_dir),
@@ -240,7 +243,7 @@ class LocalSlurm:
     def slurmd_pid(self, node: str) -> int | None:
         """The pid of ``node``'s slurmd, None when it is not running."""
         self._check_node(node)
-        return self._pid(f"slurmd-{node}", node)
+        return self._daemons.pid(f"slurmd-{node}", node)
 
     def kill_slurmd(self, node: str, *, with_jobs: bool = False) -> int | None:
         """SIGKILL ``node``'s slurmd (a soft node failure); ``with_jobs`` also kills its
@@ -259,7 +262,7 @@ class LocalSlurm:
         pid = self.slurmd_pid(node)
         if pid is not None:
             return pid
-        return self._start_slurmd(node, rebooted=rebooted)
+        return self._daemons.start_slurmd(node, rebooted=rebooted)
 
     # ----------------------------------------------------------------- configuration
     def _configure(self, saved: Saved | None) -> Saved:
@@ -285,105 +288,6 @@ class LocalSlurm:
         if problem:
             return False, f"off: {problem} (sacct will not work)"
         return True, f"on: slurmdbd -> MariaDB {db.host}:{db.port} database {db.database}"
-
-    # ----------------------------------------------------------------- processes
-    def _daemon_pids(self, saved: Saved | None) -> dict[str, int | None]:
-        names = ["munged", "slurmdbd", "slurmctld"]
-        pids: dict[str, int | None] = {name: self._pid(name) for name in names}
-        if saved is not None and not saved.accounting and pids["slurmdbd"] is None:
-            del pids["slurmdbd"]
-        for node in saved.nodes if saved else self.node_names:
-            pids[f"slurmd-{node}"] = self._pid(f"slurmd-{node}", node)
-        return pids
-
-    def _pid(self, daemon: str, node: str | None = None) -> int | None:
-        """The daemon's pid if it is alive and was started for this cluster (and node)."""
-        return host.owned_pid(self.layout.pid_file(daemon), self.state_dir, node)
-
-    def _daemon_env(self, node: str | None = None) -> dict[str, str]:
-        env = self.env.environ() | {host.STATE_VAR: str(self.state_dir)}
-        if node is not None:
-            env[host.NODE_VAR] = node
-        return env
-
-    def _spawn(self, daemon: str, args: list[str], *, node: str | None = None) -> int:
-        """Run a self-daemonizing command and wait for its pid file; return the daemon's pid."""
-        self.layout.pid_file(daemon).unlink(missing_ok=True)
-        out = self.layout.log_file(f"{daemon}.stdout")
-        rc = host.spawn_daemon(args, env=self._daemon_env(node), out=out, timeout=START_TIMEOUT_S)
-        if rc != 0:
-            raise DevClusterError(f"{daemon} failed (exit {rc}): {self._log_tail(daemon)}")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            pid = self._pid(daemon, node)
-            if pid is not None:
-                return pid
-            time.sleep(0.05)
-        raise DevClusterError(f"{daemon} did not start: {self._log_tail(daemon)}")
-
-    def _start_missing(self, saved: Saved) -> list[str]:
-        """Start what is not running; return the nodes to wait for (all after a new slurmctld)."""
-        lay = self.layout
-        if self._pid("munged") is None:
-            # --force: munged otherwise refuses a socket under a mode-700 directory (/root, pytest)
-            munged = ["/usr/sbin/munged", "--force", f"--socket={lay.munge_socket}"]
-            munged += [f"--key-file={lay.munge_key}", f"--pid-file={lay.pid_file('munged')}"]
-            munged += [f"--log-file={lay.log_file('munged')}", f"--seed-file={lay.munge}/seed"]
-            self._spawn("munged", munged)
-        if saved.accounting and self._pid("slurmdbd") is None:
-            self._start_slurmdbd(saved)
-        wait: list[str] = []
-        if self._pid("slurmctld") is None:
-            self._spawn("slurmctld", [SLURMCTLD, "-f", str(lay.slurm_conf)])
-            host.wait_port(saved.ports.slurmctld, START_TIMEOUT_S, "slurmctld")
-            wait = list(saved.nodes)
-        for node in saved.nodes:
-            if self._pid(f"slurmd-{node}", node) is None:
-                self._start_slurmd(node, rebooted=False)
-                wait += [] if node in wait else [node]
-        return wait
-
-    def _start_slurmdbd(self, saved: Saved) -> None:
-        """Start slurmdbd; if it will not come up and slurmctld is not running yet, fall back to
-        no accounting (and say why in the status)."""
-        try:
-            self._spawn("slurmdbd", [SLURMDBD])
-            host.wait_port(saved.ports.slurmdbd, START_TIMEOUT_S, "slurmdbd")
-        except DevClusterError as exc:
-            if self._pid("slurmctld") is not None:
-                raise
-            pid = self._pid("slurmdbd")
-            host.stop_pids([pid] if pid else [])
-            saved.accounting = False
-            saved.accounting_note = f"off: slurmdbd failed ({exc}); sacct will not work"
-            write_slurm_conf(self.layout, saved, cluster=CLUSTER_NAME)
-            self.say(f"accounting {saved.accounting_note}")
-
-    def _start_slurmd(self, node: str, *, rebooted: bool) -> int:
-        conf = str(self.layout.slurm_conf)
-        args = [SLURMD, "-N", node, "-f", conf, "-d", SLURMSTEPD]
-        return self._spawn(f"slurmd-{node}", [*args, "-b"] if rebooted else args, node=node)
-
-    def _log_tail(self, daemon: str) -> str:
-        logs = [self.layout.log_file(daemon), self.layout.log_file(f"{daemon}.stdout")]
-        return host.log_tail(logs)
-
-    # ----------------------------------------------------------------- readiness
-    def _sinfo(self) -> list[dict[str, Any]]:
-        return host.sinfo_nodes(self.env.environ())
-
-    def _wait_ready(self, names: list[str], deadline: float) -> None:
-        """Wait until these nodes have registered and respond (idle on a fresh cluster)."""
-        while names:
-            nodes = {n.get("name"): host.node_summary(n) for n in self._sinfo()}
-            if all(host.node_ready(nodes.get(name)) for name in names):
-                return
-            if time.monotonic() > deadline:
-                summary = {name: host.node_state_text(nodes.get(name)) for name in names}
-                raise DevClusterError(
-                    f"nodes not ready in time: {summary}; see {self.layout.log}/slurmctld.log"
-                )
-            time.sleep(0.2)
 
     # ----------------------------------------------------------------- misc
     def _check_node(self, node: str) -> None:

@@ -17,7 +17,7 @@ from medic.config.settings import SlurmSettings
 from medic.dev.slurm import LocalSlurm
 from medic.domain.cluster import JobState
 from medic.domain.ids import ClusterName, JobId
-from medic.schedulers.slurm import LocalRunner, SlurmScheduler, convert
+from medic.schedulers.slurm import LocalRunner, SlurmScheduler, convert, scontrol
 
 from .harness import ACT, poll, scontrol_job
 
@@ -48,8 +48,8 @@ exit 1
 
 
 def test_a_job_requeued_and_held_while_completing_reads_as_held() -> None:
-    (fields,) = convert.parse_scontrol_records(REQUEUED_WHILE_COMPLETING)
-    record = convert.job_from_scontrol(fields)
+    (fields,) = scontrol.parse_scontrol_records(REQUEUED_WHILE_COMPLETING)
+    record = scontrol.job_from_scontrol(fields)
     job = convert.job_from_canonical(record, ClusterName("medic"))
     assert job.restart_count == 1
     assert job.state in (JobState.COMPLETING, JobState.PENDING)

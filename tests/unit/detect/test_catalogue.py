@@ -17,8 +17,10 @@ import yaml
 
 from medic.detect import catalogue as catalogue_module
 from medic.detect import engines
-from medic.detect.catalogue import CANONICAL_FIELDS, load_catalogue, main, pattern_problem
+from medic.detect.catalogue import load_catalogue, main
+from medic.detect.catalogue_entry import CANONICAL_FIELDS
 from medic.detect.matcher import SignatureDiagnoser
+from medic.detect.pattern_rules import pattern_problem
 from medic.detect.signatures import Example, NodeAction
 from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
 from medic.errors import ConfigError

@@ -23,14 +23,12 @@ from medic.detect.engines import (
     HyperscanEngine,
     ReEngine,
     available_engines,
-    compile_pattern,
     hyperscan_errors,
-    hyperscan_expression,
     make_engine,
-    required_literals,
-    strip_rank_prefix,
 )
+from medic.detect.hyperscan_rewrite import hyperscan_expression
 from medic.detect.matcher import SignatureDiagnoser
+from medic.detect.patterns import compile_pattern, required_literals, strip_rank_prefix
 from medic.detect.signatures import Signature
 from medic.domain.ids import SignatureId
 

@@ -12,7 +12,8 @@ import pytest
 
 from medic.attribute.blame import NODE_FAIL_SIGNATURE_ID
 from medic.detect import matcher as matcher_module
-from medic.detect.catalogue import CANONICAL_FIELDS, default_catalogue
+from medic.detect.catalogue import default_catalogue
+from medic.detect.catalogue_entry import CANONICAL_FIELDS
 from medic.detect.matcher import SignatureDiagnoser
 from medic.detect.signatures import (
     HANG_SIGNATURE_ID,

@@ -9,7 +9,7 @@ import pytest
 
 from medic.domain.cluster import JobState, NodeState
 from medic.domain.ids import ClusterName
-from medic.schedulers.slurm import convert
+from medic.schedulers.slurm import convert, scontrol
 from medic.schedulers.slurm.records import CanonicalJob
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "slurm"
@@ -206,40 +206,40 @@ def test_scontrol_values_may_hold_spaces_and_equals_signs() -> None:
         'Comment={"medic": {"mode": "act"}} note=a b Restarts=2 ExitCode=0:9 '
         "StdOut=/x/y.out Power="
     )
-    (fields,) = convert.parse_scontrol_records(line + "\n\n")
+    (fields,) = scontrol.parse_scontrol_records(line + "\n\n")
     assert fields["JobName"] == "my job"
     assert fields["Comment"] == '{"medic": {"mode": "act"}} note=a b'
     assert fields["Power"] == ""
-    job = convert.job_from_canonical(convert.job_from_scontrol(fields), CLUSTER)
+    job = convert.job_from_canonical(scontrol.job_from_scontrol(fields), CLUSTER)
     assert job.held and job.restart_count == 2 and job.log_paths == ("/x/y.out",)
 
 
 @pytest.mark.parametrize(("code", "expected"), [("3:0", 3), ("0:9", 137), ("0:0", 0), ("", None)])
 def test_scontrol_exit_code(code: str, expected: int | None) -> None:
     fields = {"JobId": "1", "JobState": "FAILED", "EndTime": "2026-01-01T00:00:00"}
-    canonical = convert.job_from_scontrol({**fields, "ExitCode": code})
+    canonical = scontrol.job_from_scontrol({**fields, "ExitCode": code})
     assert convert.job_from_canonical(canonical, CLUSTER).exit_code == expected
 
 
 def _asset(name: str) -> dict[str, str]:
-    (fields,) = convert.parse_scontrol_records((ASSETS / "22.05" / name).read_text())
+    (fields,) = scontrol.parse_scontrol_records((ASSETS / "22.05" / name).read_text())
     return fields
 
 
 def test_recorded_scontrol_jobs() -> None:
     held = convert.job_from_canonical(
-        convert.job_from_scontrol(_asset("scontrol-show-job-o.pending-held.txt")), CLUSTER
+        scontrol.job_from_scontrol(_asset("scontrol-show-job-o.pending-held.txt")), CLUSTER
     )
     assert held.state is JobState.PENDING and held.held and held.restart_count == 1
     assert held.excluded_nodes == frozenset({"node1"}) and held.comment == "medic-test"
     assert held.log_paths and held.log_paths[0].endswith("/requeue-2.out")
     failed = convert.job_from_canonical(
-        convert.job_from_scontrol(_asset("scontrol-show-job-o.failed.txt")), CLUSTER
+        scontrol.job_from_scontrol(_asset("scontrol-show-job-o.failed.txt")), CLUSTER
     )
     assert failed.state is JobState.FAILED and failed.exit_code == 3 and failed.nodes == ("node1",)
     assert failed.log_paths == ()  # /dev/null
     running = convert.job_from_canonical(
-        convert.job_from_scontrol(_asset("scontrol-show-job-o.running.txt")), CLUSTER
+        scontrol.job_from_scontrol(_asset("scontrol-show-job-o.running.txt")), CLUSTER
     )
     assert running.state is JobState.RUNNING and running.nodes and not running.held
 
@@ -255,7 +255,7 @@ def test_recorded_scontrol_jobs() -> None:
     ],
 )
 def test_recorded_scontrol_nodes(name: str, state: NodeState, medic: bool) -> None:
-    canonical = convert.node_from_scontrol(_asset(name))
+    canonical = scontrol.node_from_scontrol(_asset(name))
     node = convert.node_from_canonical(canonical)
     assert node.state is state
     assert node.gpus == 8 and node.partitions

@@ -19,14 +19,12 @@ import pytest
 from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.ids import ClusterName
 from medic.schedulers.slurm import convert
-from medic.schedulers.slurm.versions import (
-    ADAPTERS,
+from medic.schedulers.slurm.normalise import (
     normalise_accounting_jobs,
     normalise_jobs,
     normalise_nodes,
-    payload_errors,
-    payload_version,
 )
+from medic.schedulers.slurm.versions import ADAPTERS, payload_errors, payload_version
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "slurm"
 VERSIONS = ("22.05", "23.11")

@@ -13,14 +13,14 @@ The port facades (:mod:`medic.schedulers.sim.adapters`) are attributes of the cl
 Nodes ``node001``... (zero-padded to at least three digits, wider on clusters of 1,000 nodes or
 more so names sort) are split into partitions ``p0``... in contiguous blocks, so a multi-node job
 gets neighbouring nodes. Scheduling is FIFO by submission order, first fit: a job that does not fit
-now does not block the jobs behind it. A job submitted without a partition goes to ``p0``.
+now does not block the jobs behind it (:mod:`medic.schedulers.sim.placement`). A job submitted
+without a partition goes to ``p0``. Faults, reboots and repairs of a node are
+:mod:`medic.schedulers.sim.node_lifecycle`'s.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
-import heapq
 import random
 import threading
 from collections.abc import Callable
@@ -35,7 +35,7 @@ from medic.domain.logs import LogLine
 from medic.domain.repairs import RepairAction
 from medic.errors import ConfigError, NotFoundError, PermanentError
 from medic.ports import Clock
-from medic.schedulers.sim import faults
+from medic.schedulers.sim import faults, node_lifecycle
 from medic.schedulers.sim.adapters import (
     SimFaultInjector,
     SimLogSource,
@@ -44,32 +44,15 @@ from medic.schedulers.sim.adapters import (
     SimWorkload,
 )
 from medic.schedulers.sim.events import EventQueue, LineBuffer
+from medic.schedulers.sim.node_lifecycle import REBOOT_SECONDS
+from medic.schedulers.sim.placement import Placement
 from medic.schedulers.sim.state import SimJob, SimNode
 from medic.schedulers.sim.training import Training
 
-__all__ = [
-    "NOT_RESPONDING",
-    "REBOOT_SECONDS",
-    "REPAIR_SECONDS",
-    "RETENTION_SECONDS",
-    "SimCluster",
-]
+__all__ = ["RETENTION_SECONDS", "SimCluster"]
 
 RETENTION_SECONDS = 600.0
 """How long an ended job stays in ``list_jobs`` (and ``get_job``) so medic sees its final state."""
-REBOOT_SECONDS = 5.0
-"""How long a reboot keeps a node DOWN."""
-NOT_RESPONDING = "Not responding"
-"""Down reason of a failed node, as Slurm reports it."""
-REPAIR_SECONDS: dict[RepairAction, float] = {
-    RepairAction.REBOOT: REBOOT_SECONDS,
-    RepairAction.POWER_CYCLE: 2 * REBOOT_SECONDS,
-    RepairAction.REPROVISION: 30.0,
-    RepairAction.MIGRATE: 60.0,
-}
-"""How long each restarting repair keeps a node DOWN before it is back with a new boot id."""
-_RESETTABLE = frozenset({FaultKind.ECC_DBE})
-"""Faults a GPU reset clears (a GPU off the bus needs the node restarted)."""
 
 _REQUEUEABLE = frozenset(
     {JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT, JobState.PREEMPTED}
@@ -93,7 +76,7 @@ def _public(
             try:
                 return method(self, *args, **kwargs)
             finally:
-                self._schedule_if_dirty()
+                self._placement.schedule_if_dirty()
 
     return wrapper
 
@@ -113,23 +96,16 @@ class SimCluster:
         self.fault_records: list[FaultRecord] = []
         self.partitions = tuple(f"p{i}" for i in range(settings.partitions))
         self.nodes: dict[NodeName, SimNode] = {}
-        # Free nodes per partition, kept up to date by _touch: scheduling never scans the cluster.
-        self._free: dict[str, set[SimNode]] = {p: set() for p in self.partitions}
-        self._size = dict.fromkeys(self.partitions, 0)
+        self._placement = Placement(self.partitions, self._started)
         width = max(3, len(str(settings.nodes)))
         for i in range(settings.nodes):
             part = self.partitions[i * settings.partitions // settings.nodes]
             node = SimNode(NodeName(f"node{i + 1:0{width}d}"), i, part, settings.seed)
             self.nodes[node.name] = node
-            self._free[part].add(node)
-            self._size[part] += 1
+            self._placement.add_node(node)
         self.jobs: dict[JobId, SimJob] = {}
         self.repairs: list[tuple[NodeName, RepairAction, int, datetime]] = []
         """Repairs carried out through :meth:`execute`: (node, action, repair id, time)."""
-        self._queue: list[SimJob] = []
-        """Pending jobs (held or not) in FIFO order."""
-        self._dirty = False
-        """Something changed that may let a pending job start."""
         self._next_order = 0
         self._node_list: list[Node] | None = None
         """Cached ``list_nodes`` answer; dropped whenever a node changes."""
@@ -148,19 +124,21 @@ class SimCluster:
             self._advance()
 
     def _advance(self) -> None:
-        self.events.run_until(self.events.seconds(self.clock.now()), self._schedule_if_dirty)
-        self._schedule_if_dirty()
+        self.events.run_until(
+            self.events.seconds(self.clock.now()), self._placement.schedule_if_dirty
+        )
+        self._placement.schedule_if_dirty()
 
     # --- workload and queries ---------------------------------------------------------------
     @_public
     def submit(self, spec: JobSpec) -> JobId:
         partition = spec.partition or self.partitions[0]
-        if partition not in self._size:
+        if partition not in self._placement.size:
             raise PermanentError(f"unknown partition {partition!r}")
-        if not 1 <= spec.num_nodes <= self._size[partition]:
+        if not 1 <= spec.num_nodes <= self._placement.size[partition]:
             raise PermanentError(
                 f"{spec.num_nodes} nodes requested; partition {partition} has "
-                f"{self._size[partition]}"
+                f"{self._placement.size[partition]}"
             )
         if spec.train_iters < 1:
             raise PermanentError("train_iters must be at least 1")
@@ -178,8 +156,7 @@ class SimCluster:
             rng=random.Random(f"{self.settings.seed}:job:{job_id}"),
         )
         self.jobs[job_id] = job
-        self._queue.append(job)
-        self._dirty = True
+        self._placement.submitted(job)
         return job_id
 
     @_public
@@ -218,7 +195,7 @@ class SimCluster:
             job.state = JobState.PENDING
             job.nodes = ()
             job.start_time = job.end_time = job.exit_code = None
-            self._enqueue(job)
+            self._placement.enqueue(job)
         else:
             raise PermanentError(f"job {job_id} is {job.state.value}; it cannot be requeued")
 
@@ -230,14 +207,14 @@ class SimCluster:
                 f"job {job_id} is {job.state.value}; excluded nodes change only while pending"
             )
         job.excluded = frozenset(nodes)
-        self._dirty = True
+        self._placement.dirty = True
 
     @_public
     def release(self, job_id: JobId) -> None:
         job = self.job(job_id)
         if job.state is JobState.PENDING and job.held:
             job.held = False
-            self._dirty = True
+            self._placement.dirty = True
 
     @_public
     def cancel(self, job_id: JobId, reason: str) -> None:
@@ -255,13 +232,13 @@ class SimCluster:
     def drain_node(self, node: NodeName, reason: str) -> None:
         sim_node = self.node(node)
         sim_node.drain_reason = reason
-        self._touch(sim_node)
+        self.touch(sim_node)
 
     @_public
     def resume_node(self, node: NodeName, reason: str) -> None:
         sim_node = self.node(node)
         sim_node.drain_reason = None
-        self._touch(sim_node)
+        self.touch(sim_node)
 
     # --- node provider ----------------------------------------------------------------------
     @_public
@@ -269,7 +246,7 @@ class SimCluster:
         """Power-cycle: a job running there dies (NODE_FAIL), the node is DOWN for
         ``REBOOT_SECONDS``, then healthy (hardware faults and slowness gone) with a new boot id.
         A drain survives the reboot, as in Slurm. Rebooting a rebooting node does nothing."""
-        self._restart(self.node(node), reason or "reboot", REBOOT_SECONDS)
+        node_lifecycle.restart(self, self.node(node), reason or "reboot", REBOOT_SECONDS)
 
     @_public
     def boot_id(self, node: NodeName) -> str:
@@ -277,48 +254,12 @@ class SimCluster:
 
     @_public
     def execute(self, node: NodeName, action: RepairAction, repair_id: int) -> None:
-        """Carry out a repair (durations in ``REPAIR_SECONDS``): a GPU reset
-        clears a GPU fault other than a GPU off the bus, at once, without a reboot; a reboot or a
-        power cycle restarts the node; a reprovision or a migration restarts it on a clean (new)
-        machine, which takes longer; a removal drains it for good. Every one is recorded in
-        :attr:`repairs`. Asking again while the node restarts does nothing."""
-        sim_node = self.node(node)
-        reason = f"medic: repair {repair_id} {action.value}"
-        if action is RepairAction.RESET_GPU:
-            if sim_node.job is not None:
-                self.training.stop(sim_node.job, JobState.FAILED)
-            if sim_node.broken in _RESETTABLE:
-                sim_node.broken = None
-                sim_node.repair_gen += 1
-            self._touch(sim_node)
-        elif action is RepairAction.REMOVE:
-            sim_node.drain_reason = f"medic: removed for RMA (repair {repair_id})"
-            self._touch(sim_node)
-        elif not sim_node.rebooting:
-            self._restart(sim_node, reason, REPAIR_SECONDS[action])
-        else:
-            return
-        self.repairs.append((node, action, repair_id, self.events.when()))
+        """Carry out a repair (:func:`~medic.schedulers.sim.node_lifecycle.execute`)."""
+        node_lifecycle.execute(self, node, action, repair_id)
 
     @_public
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
-        sim_node = self.node(node)
-        if sim_node.rebooting or sim_node.down_reason is not None:
-            return False
-        if action in (RepairAction.RESET_GPU, RepairAction.REMOVE) or boot_id_before is None:
-            return True
-        return sim_node.boot_id != boot_id_before
-
-    def _restart(self, sim_node: SimNode, reason: str, seconds: float) -> None:
-        if sim_node.rebooting:
-            return
-        sim_node.rebooting = True
-        sim_node.repair_gen += 1
-        sim_node.down_reason = reason
-        if sim_node.job is not None:
-            self.training.stop(sim_node.job, JobState.NODE_FAIL)
-        self._touch(sim_node)
-        self.events.after(seconds, self._booted, sim_node)
+        return node_lifecycle.rejoined(self.node(node), action, boot_id_before)
 
     # --- faults -----------------------------------------------------------------------------
     @_public
@@ -332,15 +273,6 @@ class SimCluster:
     @_public
     def faults(self) -> list[FaultRecord]:
         return list(self.fault_records)
-
-    def break_node(self, node: SimNode, kind: FaultKind) -> None:
-        """Leave ``node`` broken by a hardware fault until repaired or rebooted."""
-        node.broken = kind
-        node.repair_gen += 1
-        if kind is FaultKind.NODE_FAIL:
-            node.down_reason = NOT_RESPONDING
-            self._touch(node)
-        self.events.after(self.settings.node_repair_seconds, self._repaired, node, node.repair_gen)
 
     # --- lookups ----------------------------------------------------------------------------
     def job(self, job_id: JobId) -> SimJob:
@@ -356,25 +288,17 @@ class SimCluster:
             raise NotFoundError(f"no node {node} in cluster {self.cluster}") from None
 
     # --- internals --------------------------------------------------------------------------
-    def _touch(self, node: SimNode) -> None:
+    def touch(self, node: SimNode) -> None:
         """Keep the free-node index and the node listing in step with ``node`` after any change
-        to it (every change of a node's state or reason goes through here or _try_start)."""
+        to it (every change of a node's state or reason goes through here or _started)."""
         self._node_list = None
-        if node.is_free:
-            self._free[node.partition].add(node)
-            self._dirty = True
-        else:
-            self._free[node.partition].discard(node)
-
-    def _enqueue(self, job: SimJob) -> None:
-        bisect.insort(self._queue, job, key=lambda j: j.order)
-        self._dirty = True
+        self._placement.touch(node)
 
     def _attempt_ended(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:
         for node in nodes:
-            self._touch(node)
+            self.touch(node)
         if job.state is JobState.PENDING:
-            self._enqueue(job)
+            self._placement.enqueue(job)
         elif job.state.is_terminal:
             self.events.after(RETENTION_SECONDS, self._forget, job, job.run)
 
@@ -382,51 +306,9 @@ class SimCluster:
         if job.run == run and job.state.is_terminal:
             del self.jobs[job.id]
 
-    def _repaired(self, node: SimNode, gen: int) -> None:
-        if node.repair_gen != gen:
-            return
-        node.broken = None
-        if node.down_reason == NOT_RESPONDING:
-            node.down_reason = None
-        self._touch(node)
-
-    def _booted(self, node: SimNode) -> None:
-        node.rebooting = False
-        node.repair_gen += 1
-        node.broken = None
-        node.slow = False
-        node.down_reason = None
-        node.boot_count += 1
-        self._touch(node)
-
-    def _schedule_if_dirty(self) -> None:
-        if not self._dirty:
-            return
-        self._dirty = False
-        waiting: list[SimJob] = []
-        for job in self._queue:
-            if job.state is not JobState.PENDING:
-                continue  # cancelled while queued
-            if job.held or not self._try_start(job):
-                waiting.append(job)
-        self._queue = waiting
-
-    def _try_start(self, job: SimJob) -> bool:
-        free = self._free[job.partition]
-        if len(free) < job.num_nodes:
-            return False
-        excluded = job.excluded
-        usable = [n for n in free if n.name not in excluded] if excluded else free
-        if len(usable) < job.num_nodes:
-            return False
-        # Lowest indices first: deterministic whatever the set's order, and contiguous blocks.
-        chosen = tuple(heapq.nsmallest(job.num_nodes, usable, key=lambda n: n.index))
-        for node in chosen:
-            node.job = job
-            free.discard(node)
+    def _started(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:
         self._node_list = None
-        self.training.start(job, chosen)
-        return True
+        self.training.start(job, nodes)
 
 
 def _validate(s: SimSettings) -> None:

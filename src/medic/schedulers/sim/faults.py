@@ -23,6 +23,7 @@ from medic.domain.cluster import JobState
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import JobId, NodeName
 from medic.errors import PermanentError
+from medic.schedulers.sim import node_lifecycle
 from medic.schedulers.sim.state import GPUS_PER_NODE, SimJob, SimNode
 
 if TYPE_CHECKING:
@@ -43,10 +44,10 @@ def inject(
     at_node: NodeName | None = node.name
     if kind in _HARDWARE:
         node.broken_gpu = sim.fault_rng.randrange(GPUS_PER_NODE)
-        sim.break_node(node, kind)
+        node_lifecycle.break_node(sim, node, kind)
         sim.training.hardware_failure(job, node, kind)
     elif kind is FaultKind.NODE_FAIL:
-        sim.break_node(node, kind)
+        node_lifecycle.break_node(sim, node, kind)
         sim.training.node_failure(job)
     elif kind is FaultKind.HANG:
         sim.training.hang(job, node)

@@ -9,8 +9,9 @@ Only ``medic.wiring`` imports this package. For ``scheduler.kind: slurm`` it bui
 
 ``SlurmWorkload`` (``sbatch``) is for dev clusters and tests. Modules: ``runner`` (how commands
 run), ``commands`` (their failures -> ``medic.errors``), ``versions`` (every Slurm version's JSON
--> one canonical shape), ``convert`` (canonical -> ``Job``/``Node``), ``hostlist``, ``adapter``,
-``logs``, ``workload``.
+-> the oldest shape), ``normalise`` (JSON payloads -> canonical records), ``scontrol``
+(``scontrol show -o`` text -> canonical records), ``convert`` (canonical -> ``Job``/``Node``),
+``hostlist``, ``adapter``, ``logs``, ``workload``.
 """
 
 from medic.schedulers.slurm.adapter import SlurmNodeProvider, SlurmScheduler

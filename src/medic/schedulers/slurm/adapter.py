@@ -23,17 +23,17 @@ from medic.domain.cluster import MEDIC_REASON_PREFIX, Job, Node, NodeState, is_m
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.repairs import RepairAction
 from medic.errors import AdapterError, NotFoundError, PermanentError
-from medic.schedulers.slurm import convert
+from medic.schedulers.slurm import convert, scontrol
 from medic.schedulers.slurm.commands import SlurmCli
 from medic.schedulers.slurm.hostlist import compress_hostlist
-from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode
-from medic.schedulers.slurm.requests import REQUEST_PREFIX
-from medic.schedulers.slurm.runner import CommandRunner
-from medic.schedulers.slurm.versions import (
+from medic.schedulers.slurm.normalise import (
     normalise_accounting_jobs,
     normalise_jobs,
     normalise_nodes,
 )
+from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode
+from medic.schedulers.slurm.requests import REQUEST_PREFIX
+from medic.schedulers.slurm.runner import CommandRunner
 
 __all__ = [
     "ACCOUNTING_POLL_SECONDS",
@@ -103,9 +103,9 @@ class _NodeReader:
     def read(self, node: NodeName) -> CanonicalNode:
         name = _node_name(node)
         out = self._cli.run(["scontrol", "show", "node", "-o", name]).stdout
-        for fields in convert.parse_scontrol_records(out):
+        for fields in scontrol.parse_scontrol_records(out):
             if fields.get("NodeName") == name:
-                return convert.node_from_scontrol(fields)
+                return scontrol.node_from_scontrol(fields)
         raise NotFoundError(f"scontrol show node {name}: no such node")
 
     @staticmethod
@@ -206,11 +206,11 @@ class SlurmScheduler:
             if not found:
                 raise
             return convert.job_from_canonical(found[0], self._cluster)
-        records = convert.parse_scontrol_records(out)
+        records = scontrol.parse_scontrol_records(out)
         fields = next((r for r in records if jid in _ids_of(r)), None)
         if fields is None:
             raise NotFoundError(f"scontrol show job {jid}: no such job")
-        return convert.job_from_canonical(convert.job_from_scontrol(fields), self._cluster)
+        return convert.job_from_canonical(scontrol.job_from_scontrol(fields), self._cluster)
 
     # --- job actions ---------------------------------------------------------------------
     def requeue_hold(self, job_id: JobId) -> None:

@@ -1,6 +1,7 @@
-"""The canonical shape of Slurm records, shared by ``versions`` (which produces it from every
-Slurm version's JSON) and ``convert`` (which reads it into medic's domain objects), plus the
-tolerant accessors both use on foreign JSON.
+"""The canonical shape of Slurm records, shared by ``normalise`` and ``scontrol`` (which produce it
+from every Slurm version's JSON and from ``scontrol`` text) and ``convert`` (which reads it into
+medic's domain objects), plus the tolerant accessors ``versions`` and ``normalise`` use on foreign
+JSON.
 """
 
 from __future__ import annotations

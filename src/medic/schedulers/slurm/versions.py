@@ -1,5 +1,5 @@
-"""Slurm JSON of every supported version -> one canonical shape (the only place that knows the
-version differences; ``convert`` reads the canonical shape only).
+"""Slurm JSON of every supported version -> the v0.0.38 shape: the only place that knows the
+version differences (``normalise`` reads the v0.0.38 shape into canonical records).
 
 ``squeue --json``, ``sinfo --json``, ``sacct --json`` (and slurmrestd, which shares the
 serialiser) print records whose shape follows the *data_parser* plugin version, named in the
@@ -13,7 +13,8 @@ payload's ``meta`` (22.05: ``openapi/v0.0.38``; 23.02+: ``meta.plugin.data_parse
 
 A payload passes through a chain of small adapters, one per version, from its own version down
 to v0.0.38: each rewrites a record of its version into the shape of the version before, and lists
-in its docstring the differences it handles. The v0.0.38 shape is then read into the canonical
+in its docstring the differences it handles (:func:`chain`; :func:`payload_version` reads the
+version). :mod:`medic.schedulers.slurm.normalise` then reads the v0.0.38 shape into the canonical
 ``CanonicalJob`` / ``CanonicalNode`` dicts. A version newer than the newest adapter starts at the
 newest one (and is logged once): the adapters are tolerant, so a renamed field degrades to a
 default rather than a crash.
@@ -23,18 +24,23 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode, mapping, number, text
+from medic.schedulers.slurm.records import mapping, number, text
 
 __all__ = [
     "ADAPTERS",
-    "normalise_accounting_jobs",
-    "normalise_jobs",
-    "normalise_nodes",
+    "OLDEST",
+    "Adapter",
+    "Raw",
+    "Version",
+    "chain",
+    "first_and_rest",
     "payload_errors",
     "payload_version",
+    "sinfo_entries",
+    "wait_status",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,7 +61,7 @@ def _unwrap_numbers(raw: Mapping[str, Any], keys: tuple[str, ...]) -> Raw:
     return out
 
 
-def _first_and_rest(states: Any) -> tuple[str, list[str]]:
+def first_and_rest(states: Any) -> tuple[str, list[str]]:
     """``["RUNNING", "COMPLETING"]`` or ``"RUNNING"`` -> base state and flags, upper case."""
     items = [str(s).upper() for s in (states if isinstance(states, list) else [states]) if s]
     if not items:
@@ -63,7 +69,7 @@ def _first_and_rest(states: Any) -> tuple[str, list[str]]:
     return items[0], items[1:]
 
 
-def _wait_status(exit_code: Any) -> int | None:
+def wait_status(exit_code: Any) -> int | None:
     """v0.0.39 ``{"status", "return_code", "signal"}`` -> a v0.0.38 raw wait status."""
     if not isinstance(exit_code, Mapping):
         return number(exit_code)
@@ -170,11 +176,11 @@ class v0_0_39:
     @staticmethod
     def job(raw: Raw) -> Raw:
         out = _unwrap_numbers(raw, v0_0_39._JOB_NUMBERS)
-        state, flags = _first_and_rest(raw.get("job_state"))
+        state, flags = first_and_rest(raw.get("job_state"))
         out["job_state"] = state
         out["state_flags"] = flags
         for key in ("exit_code", "derived_exit_code"):
-            out[key] = _wait_status(raw.get(key))
+            out[key] = wait_status(raw.get(key))
         return out
 
     @staticmethod
@@ -189,7 +195,7 @@ class v0_0_39:
     @staticmethod
     def accounting_job(raw: Raw) -> Raw:
         out = dict(raw)
-        out["exit_code"] = _wait_status(raw.get("exit_code"))
+        out["exit_code"] = wait_status(raw.get("exit_code"))
         return out
 
 
@@ -200,7 +206,8 @@ ADAPTERS: dict[Version, Adapter] = {(0, 0, 41): v0_0_41, (0, 0, 40): v0_0_40, (0
 _warned: set[Version] = set()
 
 
-def _chain(version: Version) -> list[Adapter]:
+def chain(version: Version) -> list[Adapter]:
+    """The adapters a record of ``version`` passes through, newest first."""
     newest = max(ADAPTERS)
     if version > newest and version not in _warned:
         _warned.add(version)
@@ -248,44 +255,7 @@ def payload_errors(payload: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _records(payload: Mapping[str, Any], key: str) -> list[Raw]:
-    items = payload.get(key)
-    return (
-        [dict(item) for item in items if isinstance(item, Mapping)]
-        if isinstance(items, list)
-        else []
-    )
-
-
-def _run(
-    version: Version, records: list[Raw], step: Callable[[Adapter], Callable[[Raw], Raw]]
-) -> list[Raw]:
-    for adapter in _chain(version):
-        records = [step(adapter)(record) for record in records]
-    return records
-
-
-def normalise_jobs(payload: Mapping[str, Any]) -> list[CanonicalJob]:
-    """``squeue --json`` (or slurmrestd ``/jobs``) -> canonical jobs."""
-    raw = _run(payload_version(payload), _records(payload, "jobs"), lambda a: a.job)
-    return [_job_v0_0_38(r) for r in raw]
-
-
-def normalise_accounting_jobs(payload: Mapping[str, Any]) -> list[CanonicalJob]:
-    """``sacct --json`` (or slurmrestd ``/slurmdb/.../jobs``) -> canonical jobs, one per record
-    (``--duplicates`` gives one record per run of a requeued job)."""
-    raw = _run(payload_version(payload), _records(payload, "jobs"), lambda a: a.accounting_job)
-    return [_accounting_v0_0_38(r) for r in raw]
-
-
-def normalise_nodes(payload: Mapping[str, Any]) -> list[CanonicalNode]:
-    """``sinfo --json`` (either shape) or slurmrestd ``/nodes`` -> canonical nodes, one per node."""
-    records = _records(payload, "nodes") or _sinfo_entries(_records(payload, "sinfo"))
-    raw = _run(payload_version(payload), records, lambda a: a.node)
-    return [_node_v0_0_38(r) for r in raw]
-
-
-def _sinfo_entries(entries: list[Raw]) -> list[Raw]:
+def sinfo_entries(entries: list[Raw]) -> list[Raw]:
     """v0.0.39+ ``sinfo --json`` rows (one per partition and state, listing their nodes) ->
     one node record each, in the ``/nodes`` shape, partitions merged."""
     nodes: dict[str, Raw] = {}
@@ -311,91 +281,3 @@ def _sinfo_entries(entries: list[Raw]) -> list[Raw]:
             if partition.get("name") and partition["name"] not in record["partitions"]:
                 record["partitions"].append(text(partition["name"]))
     return list(nodes.values())
-
-
-# --- v0.0.38 -> canonical -------------------------------------------------------------------
-def _time(value: Any) -> int | None:
-    seconds = number(value)
-    return seconds if seconds else None  # Slurm writes 0 for "not yet"
-
-
-def _node_v0_0_38(raw: Raw) -> CanonicalNode:
-    partitions = raw.get("partitions")
-    return CanonicalNode(
-        name=text(raw.get("name")),
-        state=text(raw.get("state")).upper() or "UNKNOWN",
-        flags=[str(f).upper() for f in raw.get("state_flags") or []],
-        reason=text(raw.get("reason")),
-        reason_user=text(raw.get("reason_set_by_user")),
-        partitions=[text(p) for p in partitions] if isinstance(partitions, list) else [],
-        gres=text(raw.get("gres")),
-        boot_time=_time(raw.get("boot_time")),
-    )
-
-
-def _job_v0_0_38(raw: Raw) -> CanonicalJob:
-    state, flags = _first_and_rest(raw.get("job_state"))
-    return CanonicalJob(
-        job_id=text(raw.get("job_id")),
-        name=text(raw.get("name")),
-        state=state,
-        flags=[*flags, *(str(f).upper() for f in raw.get("state_flags") or [])],
-        reason=text(raw.get("state_reason")),
-        partition=text(raw.get("partition")),
-        nodes=text(raw.get("nodes")),
-        excluded_nodes=text(raw.get("excluded_nodes")),
-        node_count=number(raw.get("node_count")),
-        restart_count=number(raw.get("restart_cnt")) or 0,
-        priority=number(raw.get("priority")),
-        hold=bool(raw.get("hold")),
-        submit_time=_time(raw.get("submit_time")),
-        start_time=_time(raw.get("start_time")),
-        end_time=_time(raw.get("end_time")),
-        exit_code=_shell_code(_wait_status(raw.get("exit_code"))),
-        comment=text(raw.get("comment")),
-        stdout=text(raw.get("standard_output")),
-        stderr=text(raw.get("standard_error")),
-        workdir=text(raw.get("current_working_directory")),
-        user=text(raw.get("user_name")),
-        array_job_id=number(raw.get("array_job_id")) or None,
-        array_task_id=number(raw.get("array_task_id")),
-    )
-
-
-def _shell_code(status: int | None) -> int | None:
-    """Raw wait status -> exit status, or 128 + signal for a killed job."""
-    if status is None:
-        return None
-    return 128 + (status & 0x7F) if status & 0x7F else (status >> 8) & 0xFF
-
-
-def _accounting_v0_0_38(raw: Raw) -> CanonicalJob:
-    state = mapping(raw.get("state"))
-    times = mapping(raw.get("time"))
-    comment = raw.get("comment")
-    array = mapping(raw.get("array"))
-    return CanonicalJob(
-        job_id=text(raw.get("job_id")),
-        name=text(raw.get("name")),
-        state=text(state.get("current")).upper() or "UNKNOWN",
-        flags=[str(f).upper() for f in raw.get("state_flags") or []],
-        reason=text(state.get("reason")),
-        partition=text(raw.get("partition")),
-        nodes=text(raw.get("nodes")) if raw.get("nodes") != "None assigned" else "",
-        excluded_nodes="",
-        node_count=number(raw.get("allocation_nodes")),
-        restart_count=0,
-        priority=number(raw.get("priority")),
-        hold=bool(raw.get("hold")),
-        submit_time=_time(times.get("submission")),
-        start_time=_time(times.get("start")),
-        end_time=_time(times.get("end")),
-        exit_code=_shell_code(_wait_status(raw.get("exit_code"))),
-        comment=text(comment.get("job")) if isinstance(comment, Mapping) else text(comment),
-        stdout=text(raw["stdout"]) if raw.get("stdout") else None,
-        stderr=text(raw.get("stderr")),
-        workdir=text(raw.get("working_directory")),
-        user=text(raw.get("user")),
-        array_job_id=number(array.get("job_id")) or None,
-        array_task_id=number(array.get("task_id")),
-    )

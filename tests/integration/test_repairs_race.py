@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from medic.config.settings import RepairSettings
+from medic.control import repair_decisions
 from medic.control.lifecycle import PassView
 from medic.control.repairs import RepairEngine
 from medic.domain.audit import AuditKind
@@ -155,3 +156,47 @@ def test_a_hold_the_trail_does_not_attribute_to_the_repair_is_left_alone(
     r.run_until_state(node, RepairState.DONE, within=300)
     assert h.scheduler.names(job) == [], "medic never released someone else's hold"
     assert h.job(job).held
+
+
+def test_a_repair_cancelled_after_the_drain_gives_the_node_back(
+    make_harness: MakeHarness,
+) -> None:
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=600, cooldown_seconds=600)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    h = r.h
+    job = h.submit("pretrain", partition="p1")
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    node = h.job(job).nodes[0]
+    r.kernel(node)
+    waiting = r.run_until_state(node, RepairState.WAITING_FOR_IDLE, within=5)
+    assert r.node(node) == (NodeState.DRAINING, f"medic: repair {waiting.id} reboot")
+
+    repair_decisions.cancel_repair(h.store, waiting.id, "alice", h.clock.now())
+    h.run_until(lambda: r.node(node)[1] is None, within=60)
+    assert r.node(node)[0] is NodeState.ALLOCATED, "back in service, the job still on it"
+    assert h.job(job).state is JobState.RUNNING and h.scheduler.names(job) == []
+
+
+def test_a_repair_cancelled_while_a_job_is_held_releases_it_then_the_node(
+    make_harness: MakeHarness,
+) -> None:
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=600)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    h = r.h
+    job = h.submit("pretrain", partition="p1")
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    node = h.job(job).nodes[0]
+    r.kernel(node)
+    r.run_until_state(node, RepairState.WAITING_FOR_IDLE, within=5)
+    h.scheduler.crash_after = h.scheduler.attempted + 1  # killed right after the requeue-hold
+    with pytest.raises(Crash):
+        h.run(30.0, step=0.5)
+    draining = r.repair(node)
+    assert draining.state is RepairState.DRAINING and h.job(job).held
+
+    h.scheduler.crash_after = None
+    h.loop = replace_engine(r, _twin(r))  # restarted, and a person cancels meanwhile
+    repair_decisions.cancel_repair(h.store, draining.id, "alice", h.clock.now())
+    h.run_until(lambda: r.node(node)[1] is None, within=60)
+    assert h.scheduler.names(job) == ["requeue_hold", "release"]
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=60)

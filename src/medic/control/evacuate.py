@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, JobState
-from medic.domain.ids import NodeName
+from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import Repair
-from medic.errors import MedicError, PermanentError
+from medic.errors import MedicError, NotFoundError, PermanentError
 from medic.ports import AuditQuery, Scheduler
 
 __all__ = ["HOLD", "RELEASE", "Evacuation"]
@@ -66,6 +66,33 @@ class Evacuation:
             self._held.discard(mark)
         except PermanentError:
             self._refused.add(mark)  # recorded; the repair interrupts it
+        except MedicError:
+            return False
+        return True
+
+    def release_left(self, repair: Repair) -> bool:
+        """Release the jobs ``repair`` holds (it was cancelled between a job's requeue-hold and
+        its release). False: the scheduler did not answer, try again next pass."""
+        for job_id in repair.interrupted_jobs:
+            mark = (repair.id, job_id)
+            try:
+                job = self._scheduler.get_job(JobId(job_id))
+            except NotFoundError:
+                continue
+            except MedicError:
+                return False
+            held = job.state is JobState.PENDING and job.held
+            ours = held and (mark in self._held or self._held_by(repair, job_id))
+            if ours and not self._release(repair, job):
+                return False
+            self._held.discard(mark)
+        return True
+
+    def _release(self, repair: Repair, job: Job) -> bool:
+        try:
+            self._do(repair, RELEASE, lambda: self._scheduler.release(job.id), job=job.id)
+        except PermanentError:
+            return True  # recorded (step failed): a person looks at it
         except MedicError:
             return False
         return True

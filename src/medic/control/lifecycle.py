@@ -124,8 +124,9 @@ class Lifecycle:
         return repair
 
     def sweep(self, view: PassView) -> None:
-        """Lift medic's drains left behind by finished repairs (see ``ReturnToService``)."""
-        self._back.sweep(view)
+        """Lift medic's drains left behind by finished or cancelled repairs, releasing the jobs
+        a cancelled one left held (see ``ReturnToService.sweep``)."""
+        self._back.sweep(view, self._evacuation.release_left)
 
     # ------------------------------------------------------------------ transitions
     def move(
@@ -333,7 +334,11 @@ class Lifecycle:
             why = f"{node} booted since ({repair.boot_id} -> {current}): not executing again"
             return self.move(repair, S.REJOINING, view, "boot-id-changed", why)
         if self._owned.get(repair.id) is not S.EXECUTING:  # never taken over: fail instead
-            if (now - repair.updated_at).total_seconds() <= self._settings.rejoin_timeout_seconds:
+            # the owner's hook may run up to its own timeout: only past both is it lost
+            patience = max(
+                self._settings.rejoin_timeout_seconds, self._settings.hook_timeout_seconds
+            )
+            if (now - repair.updated_at).total_seconds() <= patience + 60:
                 return repair  # another engine is executing it
             return self.fail(repair, view, "execution-lost", "execution never finished")
         finished = self.steps.poll(

@@ -339,13 +339,15 @@ class ReturnToService:
         return moved
 
     def _lift(self, repair: Repair) -> None:
-        done = f"medic: repair {repair.id} done"
+        done = f"medic: repair {repair.id} {repair.state.value}"
         with contextlib.suppress(MedicError):  # recorded; retried by :meth:`sweep`
             self._ops.do(repair, "resume", lambda: self._scheduler.resume_node(repair.node, done))
 
-    def sweep(self, view: PassView) -> None:
+    def sweep(self, view: PassView, settle: Callable[[Repair], bool]) -> None:
         """Lift medic's drain left on a node whose repair is done (the engine that finished it
-        failed to resume it, or stopped right before)."""
+        failed to resume it, or stopped right before) or was cancelled after the node was
+        drained; ``settle`` first releases the jobs a cancelled repair left held (False: not
+        yet, the drain stays until a later pass)."""
         busy = {r.node for r in view.open_repairs}
         for node in view.nodes.values():
             found = _REPAIR_DRAIN.match(node.reason or "")
@@ -354,9 +356,10 @@ class ReturnToService:
             repair = self._store.get_repair(int(found[1]))
             if (
                 repair is not None
-                and repair.state is RepairState.DONE
+                and repair.state in (RepairState.DONE, RepairState.CANCELLED)
                 and repair.node == node.name
                 and (view.now - repair.updated_at).total_seconds() > _SWEEP_GRACE_SECONDS
+                and (repair.state is RepairState.DONE or settle(repair))
             ):
                 self._lift(repair)
 

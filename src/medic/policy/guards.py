@@ -9,8 +9,9 @@ readable reason for the audit trail. The predicate's name says what True means
   ``policy.persistence_seconds``) before it becomes a recommendation. Boundary: exactly the
   duration is persistent.
 - **cooldown** (:func:`in_cooldown`): no new recommendation for a node until
-  ``policy.cooldown_seconds`` after a repair on it finished (DONE, FAILED, or REJECTED: a person
-  said no; a CANCELLED one never touched the node). Boundary: exactly the cooldown is over.
+  ``policy.cooldown_seconds`` after a repair on it finished (DONE, FAILED, REJECTED, or
+  CANCELLED by a person: its ``error`` says who; one the engine cancelled because its alert
+  cleared or its evidence was gone does not count). Boundary: exactly the cooldown is over.
 - **concurrency budget** (:func:`within_budget`): at most ``max(1, floor(fraction x nodes))``
   repairs in progress in the cluster and one per node pool (partition).
 - **circuit breaker** (:func:`breaker_should_trip`): automatic repairs (approved by ``auto``) on
@@ -142,13 +143,19 @@ def is_persistent(alert: Alert, policy: RepairPolicy, now: datetime) -> Check:
     )
 
 
+def _cooling(repair: Repair) -> bool:
+    by_person = repair.state is RepairState.CANCELLED and repair.error is not None
+    return repair.state in _COOLING or by_person
+
+
 def in_cooldown(
     node: NodeName, repairs: Iterable[Repair], policy: RepairPolicy, now: datetime
 ) -> Check:
-    """True when a repair on ``node`` finished (DONE/FAILED/REJECTED, at ``updated_at``) less
-    than ``policy.cooldown_seconds`` ago."""
+    """True when a repair on ``node`` finished (DONE/FAILED/REJECTED, or CANCELLED by a person,
+    at ``updated_at``) less than ``policy.cooldown_seconds`` ago: a person who stopped a repair
+    is not overruled by the next pass recommending it again."""
     cooldown = timedelta(seconds=max(0.0, policy.cooldown_seconds))
-    finished = [r for r in repairs if r.node == node and r.state in _COOLING]
+    finished = [r for r in repairs if r.node == node and _cooling(r)]
     recent = [r for r in finished if now - r.updated_at < cooldown]
     if not recent:
         return Check(False, RULE_COOLDOWN, f"no repair on {node} finished in the last {cooldown}")

@@ -135,6 +135,12 @@ class NodeProvider(Protocol):
 
     def reboot(self, node: NodeName, reason: str) -> None: ...
 
+    def can(self, action: RepairAction) -> bool:
+        """True when this provider can carry ``action`` out here (Slurm alone reboots; the other
+        actions need an operator hook). Asked before a node is touched, so that a repair nobody
+        can execute never drains a node."""
+        ...
+
     def boot_id(self, node: NodeName) -> str:
         """An id that changes at every boot; guards power-cycles against double execution."""
         ...

@@ -15,9 +15,12 @@ from medic.control import intake, repair_decisions
 from medic.domain.advice import AdviceAction
 from medic.domain.audit import AuditKind, SubjectType
 from medic.domain.cluster import JobState, Mode, NodeState
+from medic.domain.diagnosis import Severity
 from medic.domain.faults import FaultKind
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
+    Alert,
+    AlertSource,
     NodeHealth,
     RepairAction,
     RepairPolicy,
@@ -334,3 +337,53 @@ def test_a_slow_action_runs_off_the_loop_and_job_recovery_goes_on(
         (AuditKind.REPAIR_STEP_STARTED, "execute"),
         (AuditKind.REPAIR_STEP_SUCCEEDED, "execute"),
     ], "started once, collected once"
+
+
+class _RebootsOnly(SimNodeProvider):
+    """A cluster where only reboots (and removal) can be carried out: Slurm without hooks."""
+
+    def can(self, action: RepairAction) -> bool:
+        return action in (RepairAction.REBOOT, RepairAction.REMOVE)
+
+
+def test_without_an_executor_a_reset_becomes_a_reboot_and_nothing_else_touches_the_node(
+    make_harness: MakeHarness,
+) -> None:
+    auto = frozenset(RepairAction) - {RepairAction.REMOVE}
+    r = rig(make_harness, provider=_RebootsOnly, policy=RepairPolicy(auto, cooldown_seconds=0))
+    h = r.h
+    # an uncorrectable ECC error maps to a GPU reset, which this cluster cannot do
+    r.kernel("node004", "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, An uncorrectable ECC error")
+    done = r.run_until_state("node004", RepairState.DONE, within=30)
+    assert done.action is RepairAction.REBOOT and "a reboot resets every GPU" in done.reason
+
+    # a person asks for a reprovision of an overheating node: refused before it is drained
+    thermal = Alert(
+        cluster=CLUSTER,
+        node=NodeName("node005"),
+        key="agent:thermal",
+        source=AlertSource.AGENT,
+        summary="GPU 3 at 92 C, throttling",
+        description="thermal slowdown",
+        severity=Severity.ERROR,
+        evidence={"peak_celsius": 92},
+        detector="agent:node005",
+    )
+    h.store.upsert_alert(thermal, h.clock.now())
+    request = RepairRequest(
+        cluster=CLUSTER,
+        node=NodeName("node005"),
+        action=RepairAction.REPROVISION,
+        requested_by="alice",
+        requester_kind=RequesterKind.USER,
+        reason="rebuild it",
+        alert_keys=("agent:thermal",),
+    )
+    asked, _, _ = intake.submit_repair(
+        h.store, request, h.clock.now(), cluster_nodes=12, node_pools={}
+    )
+    if asked.state is RepairState.PENDING_APPROVAL:
+        repair_decisions.approve_repair(h.store, asked.id, "bob", h.clock.now())
+    failed = r.run_until_state("node005", RepairState.FAILED, within=10)
+    assert "repair.reprovision_command" in (failed.error or "")
+    assert h.scheduler.names("node005") == [], "never drained"

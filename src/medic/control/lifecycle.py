@@ -202,6 +202,14 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ steps
     def _start(self, repair: Repair, view: PassView) -> Repair | None:
+        if not self._provider.can(repair.action):
+            action = repair.action.value
+            why = (
+                f"nothing on this cluster can {action} {repair.node}: configure "
+                f"repair.{action}_command (an operator hook) or change the repair's action; "
+                "the node was not touched"
+            )
+            return self.fail(repair, view, "no-executor", why)
         if repair.requester_kind is not RequesterKind.USER:
             evidence = has_evidence(_request(repair), view.firing.get(repair.node, []))
             if not evidence:

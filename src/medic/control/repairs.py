@@ -151,6 +151,8 @@ class RepairEngine:
             validator=validator,
             metrics=self._metrics,
         )
+        self._executable = frozenset(a for a in RepairAction if provider.can(a))
+        """What this cluster can carry out: the lightest of those is recommended."""
         node_actions = {str(s.id): s.node_action.value for s in signatures if s.node_action}
         self._alerts = AlertSources(store, self._cluster, self._metrics, node_actions)
         self._skips: dict[NodeName, str] = {}
@@ -289,6 +291,8 @@ class RepairEngine:
             view.open_repairs.append(repair)
             if repair.approved_by == AUTO_APPROVER:
                 breaker = self._trip_if_due(breaker, repairs.values(), view)
+        # detectors' requests are automatic repairs too, and arrive through the intake
+        self._trip_if_due(breaker, repairs.values(), view)
         return created
 
     def _answer(
@@ -310,6 +314,7 @@ class RepairEngine:
             view.pools,
             view.now,
             past_alerts=past,
+            executable=self._executable,
         )
 
     def _skipped(self, node: NodeName, skip: Skip, now: datetime) -> None:

@@ -12,7 +12,8 @@ recommendation (or a reasoned skip).
 6. ``escalation``: each persistent alert's action climbs the ladder when its fault is back after
    the same action ran twice; the heaviest wins (it fixes the lighter faults too) and every
    persistent mapped alert becomes evidence of the request.
-7. ``migration-gate``: a migrate without critical evidence becomes a reprovision.
+7. ``migration-gate``: a migrate without critical evidence becomes a reprovision; ``executor``: a
+   GPU reset the cluster cannot carry out (no hook) becomes a reboot.
 8. approval (:func:`approve`): ``approval-required``, ``auto:action:<a>``, ``auto:xid:<code>`` or,
    when the breaker is tripped, ``breaker-tripped`` (pending: people still approve).
 9. ``budget``: an automatically approved repair that does not fit the concurrency budget is not
@@ -21,8 +22,10 @@ recommendation (or a reasoned skip).
 
 :func:`admit` is the path of a detector's or a person's own request: evidence gate, detector cap,
 open repair, migration gate, approval. Detectors skip the approval queue (``detector-request``,
-approved by ``auto``, never as a person); a person's request is approved by that person
-(``user-request``). Removal is never automatic (``remove-human-only``).
+approved by ``auto``, never as a person). :func:`approve` answers ``user-request`` for a person's
+request, and the intake (``medic.control.intake``) then has it wait for another person's approval
+unless the policy would approve the same repair automatically. Removal is never automatic
+(``remove-human-only``).
 
 Pure: no I/O, no clock reads (``now`` is an argument).
 """
@@ -80,6 +83,7 @@ __all__ = [
     "RULE_APPROVAL_REQUIRED",
     "RULE_BREAKER_TRIPPED",
     "RULE_DETECTOR_REQUEST",
+    "RULE_EXECUTOR",
     "RULE_NO_ALERT",
     "RULE_OPEN_REPAIR",
     "RULE_REMOVE_HUMAN_ONLY",
@@ -108,6 +112,8 @@ RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
 RULE_NO_ALERT = "no-alert"
 RULE_OPEN_REPAIR = "open-repair"
 RULE_UNMAPPED = "unmapped"
+RULE_EXECUTOR = "executor"
+"""The mapped action has no executor here: the lightest one that has (reset -> reboot)."""
 
 _APPROVAL_TEXT = {
     RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
@@ -162,7 +168,8 @@ def approve(
 ) -> tuple[RepairState, str | None, str]:
     """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
 
-    A person's request is approved by that person; removal otherwise always waits for one. A
+    A person's request answers ``user-request`` (the intake decides whether it waits for another
+    person, see the module docstring); removal otherwise always waits for one. A
     detector's request skips the queue (approved by ``auto``, never as a person). medic's own
     recommendation waits (``approval-required``) unless its action class is in
     ``policy.auto_actions`` (``auto:action:<a>``) or its Xid is in ``policy.auto_xids``
@@ -185,6 +192,25 @@ def approve(
     if breaker is not None and breaker.tripped:
         return pending, None, RULE_BREAKER_TRIPPED
     return RepairState.APPROVED, AUTO_APPROVER, rule
+
+
+def _executable(
+    action: RepairAction,
+    executable: frozenset[RepairAction] | None,
+    trace: list[tuple[str, str]],
+    note: str,
+) -> tuple[RepairAction, str]:
+    """A GPU reset this cluster cannot do becomes a reboot, which resets every GPU too."""
+    if executable is None or action in executable:
+        return action, note
+    if action is RepairAction.RESET_GPU and RepairAction.REBOOT in executable:
+        why = (
+            "this cluster has no executor for reset_gpu (repair.reset_gpu_command): "
+            "a reboot resets every GPU of the node"
+        )
+        trace.append((RULE_EXECUTOR, why))
+        return RepairAction.REBOOT, f"{note}; {why}"
+    return action, note
 
 
 def approval_text(rule: str) -> str:
@@ -265,12 +291,14 @@ def recommend(
     now: datetime,
     *,
     past_alerts: Sequence[Alert] = (),
+    executable: frozenset[RepairAction] | None = None,
 ) -> Recommendation | Skip:
     """medic's recommendation for ``node`` of ``breaker.cluster`` (see the module docstring).
 
     ``alerts_firing_on_node``: the node's firing alerts (others are ignored); ``history``: the
     node's repairs, any state and age; ``active_repairs``: the cluster's unfinished repairs;
-    ``past_alerts``: the node's resolved alerts, for the migration evidence gate (10 days).
+    ``past_alerts``: the node's resolved alerts, for the migration evidence gate (10 days);
+    ``executable``: the actions this cluster can carry out (None: all), see ``executor``.
     """
     cluster = breaker.cluster
     firing = [
@@ -302,6 +330,7 @@ def recommend(
     if chosen.escalated_from is not None:
         trace.append((RULE_ESCALATION, chosen.why))
     action, note = _migration(chosen.action, [*firing, *past_alerts], now, trace)
+    action, note = _executable(action, executable, trace, note)
     # the gate can bring a climb back to where it started: then it did not escalate
     escalated_from = chosen.escalated_from if chosen.escalated_from is not action else None
     answered = tuple(c.alert.key for c in candidates)

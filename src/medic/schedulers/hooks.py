@@ -123,6 +123,9 @@ class HookNodeProvider:
     def reboot(self, node: NodeName, reason: str) -> None:
         self.inner.reboot(node, reason)
 
+    def can(self, action: RepairAction) -> bool:
+        return action in self.commands or self.inner.can(action)
+
     def boot_id(self, node: NodeName) -> str:
         return self.inner.boot_id(node)
 

@@ -206,6 +206,7 @@ def _recommend(
     active: list[Repair] | None = None,
     pools: dict[NodeName, str] | None = None,
     past: list[Alert] | None = None,
+    executable: frozenset[RepairAction] | None = None,
 ) -> Recommendation | Skip:
     return recommend(
         alerts,
@@ -218,6 +219,7 @@ def _recommend(
         pools or {},
         T0,
         past_alerts=past or [],
+        executable=executable,
     )
 
 
@@ -406,3 +408,24 @@ def test_admit_gates_migration() -> None:
 def test_admit_remove_by_detector_waits_for_a_person() -> None:
     rec = _rec(_admit(_request(X, DETECTOR), [_alert()]))
     assert (rec.state, rec.approved_by, rec.rule) == (PENDING, None, "remove-human-only")
+
+
+SLURM_ALONE = frozenset({RepairAction.REBOOT, RepairAction.REMOVE})
+
+
+def test_a_gpu_reset_nothing_can_execute_becomes_a_reboot() -> None:
+    ecc = [_alert("agent:ecc_dbe")]
+    assert _rec(_recommend(ecc)).request.action is RepairAction.RESET_GPU
+    rec = _rec(_recommend(ecc, executable=SLURM_ALONE))
+    assert rec.request.action is RepairAction.REBOOT
+    assert ("executor", rec.trace[1][1]) == rec.trace[1] and "reset_gpu_command" in rec.trace[1][1]
+    assert "a reboot resets every GPU" in rec.request.reason
+
+
+def test_an_action_without_a_lighter_executable_one_is_still_recommended() -> None:
+    # a reprovision nothing here can run: recommended as is, so a person sees what is needed
+    # (the lifecycle refuses to start it before the node is touched)
+    remap = [_alert("agent:row_remap_failure")]
+    rec = _rec(_recommend(remap, executable=SLURM_ALONE))
+    assert rec.request.action is RepairAction.REPROVISION
+    assert "executor" not in [rule for rule, _ in rec.trace]

@@ -51,7 +51,9 @@ def _template_regex(template: str) -> re.Pattern[str]:
 
 def _doc_templates() -> dict[str, list[re.Pattern[str]]]:
     templates: dict[str, list[re.Pattern[str]]] = {}
-    for row in DOC.read_text().splitlines():
+    # the table of the "Log lines" section only (the repair tables document other things)
+    section = DOC.read_text().split("## Log lines", 1)[1].split("\n## ", 1)[0]
+    for row in section.splitlines():
         if not row.startswith("| "):
             continue
         cols = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]

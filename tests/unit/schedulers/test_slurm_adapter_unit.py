@@ -12,6 +12,7 @@ import pytest
 from medic.config.settings import SlurmSettings
 from medic.domain.cluster import JobState, NodeState
 from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.repairs import RepairAction
 from medic.errors import NotFoundError, PermanentError, TransientError
 from medic.schedulers.slurm.adapter import SlurmNodeProvider, SlurmScheduler, is_opted_in
 from medic.schedulers.slurm.runner import CommandResult
@@ -327,6 +328,17 @@ def test_reboot_asap_with_resume_and_medic_reason() -> None:
         "reason=medic: xid 79",
         "node2",
     ]
+
+
+def test_slurm_reboots_and_removes_by_itself_and_needs_hooks_for_the_rest() -> None:
+    provider = SlurmNodeProvider(Script(), SlurmSettings())
+    assert {a for a in RepairAction if provider.can(a)} == {
+        RepairAction.REBOOT,
+        RepairAction.REMOVE,
+    }
+    provider.execute(NodeName("node2"), RepairAction.REMOVE, 7)  # stays drained: nothing to run
+    with pytest.raises(PermanentError, match=r"repair\.reprovision_command"):
+        provider.execute(NodeName("node2"), RepairAction.REPROVISION, 7)
 
 
 def test_reboot_is_idempotent_and_respects_other_owners() -> None:

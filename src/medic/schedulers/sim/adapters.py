@@ -79,6 +79,9 @@ class SimNodeProvider:
     def reboot(self, node: NodeName, reason: str) -> None:
         self._sim.reboot(node, reason)
 
+    def can(self, action: RepairAction) -> bool:
+        return True  # the simulator does every action (docs/simulator.md)
+
     def boot_id(self, node: NodeName) -> str:
         return self._sim.boot_id(node)
 

@@ -85,6 +85,7 @@ def test_resolve_then_fire_again(api: Api) -> None:
     assert refired.status_code == 201
     assert refired.json()["state"] == "firing" and refired.json()["count"] == 2
     assert refired.json()["first_seen"] == fired["first_seen"]
+    assert refired.json()["firing_since"] > fired["firing_since"], "a new firing episode"
 
 
 def test_resolving_an_unknown_alert_is_not_found(api: Api) -> None:

@@ -164,12 +164,15 @@ def test_is_a_repair_store(store: SqlStore) -> None:
 def test_alert_dedupe_count_and_refire(store: SqlStore) -> None:
     first = store.upsert_alert(_alert(), T0)
     assert first.id is not None
-    assert first == replace(_alert(), id=first.id, first_seen=T0, last_seen=T0, count=1)
+    assert first == replace(
+        _alert(), id=first.id, first_seen=T0, firing_since=T0, last_seen=T0, count=1
+    )
     assert first.evidence == _alert().evidence  # evidence is not part of ==
     assert first.first_seen is not None and first.first_seen.tzinfo is not None
 
     again = store.upsert_alert(_alert(summary="Xid 79 again", evidence={"xid": 79}), _at(5))
     assert (again.id, again.count, again.first_seen, again.last_seen) == (first.id, 2, T0, _at(5))
+    assert again.firing_since == T0, "still the same firing episode"
     assert (again.summary, again.evidence) == ("Xid 79 again", {"xid": 79})  # latest wins
 
     resolved = store.resolve_alert(first.id, _at(6))
@@ -179,6 +182,7 @@ def test_alert_dedupe_count_and_refire(store: SqlStore) -> None:
     refired = store.upsert_alert(_alert(), _at(9))
     assert (refired.id, refired.state, refired.count) == (first.id, AlertState.FIRING, 3)
     assert (refired.first_seen, refired.last_seen) == (T0, _at(9))
+    assert refired.firing_since == _at(9), "it cleared and came back: a new episode"
 
     # Another node, key or cluster is another alert.
     others = [

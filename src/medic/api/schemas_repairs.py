@@ -91,6 +91,9 @@ class AlertOut(BaseModel):
     xid: int | None
     state: str
     first_seen: datetime | None
+    """The first sighting ever."""
+    firing_since: datetime | None
+    """Start of the current firing episode (after it cleared and came back: that time)."""
     last_seen: datetime | None
     count: int
 
@@ -111,6 +114,7 @@ class AlertOut(BaseModel):
             xid=a.xid,
             state=a.state.value,
             first_seen=a.first_seen,
+            firing_since=a.firing_since or a.first_seen,
             last_seen=a.last_seen,
             count=a.count,
         )

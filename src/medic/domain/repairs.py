@@ -171,9 +171,13 @@ class Alert:
     xid: int | None = None
     state: AlertState = AlertState.FIRING
     first_seen: datetime | None = None
+    """The first sighting ever (a resolved alert that fires again keeps it)."""
     last_seen: datetime | None = None
     count: int = 1
     id: int | None = None
+    firing_since: datetime | None = None
+    """Start of the current firing episode (the store's; None: ``first_seen``). Persistence
+    counts from here, so an alert that cleared and came back has to hold again."""
 
 
 @dataclass(frozen=True, slots=True)

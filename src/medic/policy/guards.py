@@ -123,16 +123,19 @@ def persistence_seconds(key: str, policy: RepairPolicy) -> float:
 
 
 def is_persistent(alert: Alert, policy: RepairPolicy, now: datetime) -> Check:
-    """True when the alert is firing and has been for at least its persistence duration."""
+    """True when the alert is firing and has been for at least its persistence duration, counted
+    from the start of its current firing episode (an alert that cleared and came back holds
+    again)."""
     need = max(0.0, persistence_seconds(alert.key, policy))
     if alert.state is not AlertState.FIRING:
         return Check(False, RULE_PERSISTENCE, f"{alert.key} is not firing")
-    if alert.first_seen is None:
+    since = alert.firing_since or alert.first_seen
+    if since is None:
         if need == 0:
             return Check(True, RULE_PERSISTENCE, f"{alert.key} firing (no persistence required)")
         return Check(False, RULE_PERSISTENCE, f"{alert.key} has no first-seen time")
-    held = (now - alert.first_seen).total_seconds()
-    ready_at = alert.first_seen + timedelta(seconds=need)
+    held = (now - since).total_seconds()
+    ready_at = since + timedelta(seconds=need)
     if held >= need:
         return Check(True, RULE_PERSISTENCE, f"{alert.key} firing for {held:.0f}s >= {need:.0f}s")
     return Check(

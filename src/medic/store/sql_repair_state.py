@@ -54,7 +54,7 @@ def upsert_alert(db: Database, alert: Alert, now: datetime) -> Alert:
 
 def _upsert_alert_once(conn: Connection, alert: Alert, now: datetime) -> Alert:
     found = conn.execute(
-        sa.select(alerts.c.id).where(
+        sa.select(alerts.c.id, alerts.c.state).where(
             alerts.c.cluster == alert.cluster,
             alerts.c.node == alert.node,
             alerts.c.key == alert.key,
@@ -76,12 +76,14 @@ def _upsert_alert_once(conn: Connection, alert: Alert, now: datetime) -> Alert:
     if found is None:
         first = {"cluster": alert.cluster, "node": alert.node, "key": alert.key}
         inserted = conn.execute(
-            sa.insert(alerts).values(**first, **latest, first_seen=now, count=1)
+            sa.insert(alerts).values(**first, **latest, first_seen=now, firing_since=now, count=1)
         ).inserted_primary_key
         assert inserted is not None  # an INSERT into a table with an autoincrement key has one
         alert_id = int(inserted[0])
     else:
         alert_id = int(found.id)
+        if found.state != AlertState.FIRING.value:  # it had cleared: a new firing episode
+            latest["firing_since"] = now
         conn.execute(
             sa.update(alerts)
             .where(alerts.c.id == alert_id)
@@ -148,6 +150,7 @@ def _alert(data: RowMapping) -> Alert:
         xid=data["xid"],
         state=AlertState(data["state"]),
         first_seen=data["first_seen"],
+        firing_since=data["firing_since"],
         last_seen=data["last_seen"],
         count=data["count"],
     )

@@ -229,6 +229,7 @@ audit_events = sa.Table(
     sa.Index(None, "subject_type", "subject_id", "id"),
     sa.Index(None, "kind", "id"),
     sa.Index(None, "cluster", "id"),
+    sa.Index(None, "actor", "id"),
     sa.Index(None, "time"),
     **MYSQL_TABLE_ARGS,
 )
@@ -259,6 +260,7 @@ alerts = sa.Table(
     sa.Column("xid", sa.Integer(), nullable=True),
     sa.Column("state", sa.String(SHORT), nullable=False),
     sa.Column("first_seen", UtcDateTime(), nullable=False),
+    sa.Column("firing_since", UtcDateTime(), nullable=True),
     sa.Column("last_seen", UtcDateTime(), nullable=False),
     sa.Column("count", sa.Integer(), nullable=False),
     # Deduplication: a signal seen again on the same node updates its row instead of adding one.

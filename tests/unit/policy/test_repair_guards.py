@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -121,6 +122,15 @@ def test_persistence_needs_a_firing_alert_with_a_start() -> None:
     assert not is_persistent(resolved, POLICY, T0 + timedelta(days=1))
     assert not is_persistent(_alert("xid:48", first_seen=None), POLICY, T0)
     assert is_persistent(_alert("xid:79", first_seen=None), POLICY, T0)  # nothing to wait for
+
+
+def test_persistence_counts_from_the_current_firing_episode() -> None:
+    # first seen a day ago, cleared, and firing again for 10 s: it has to hold again
+    back = replace(_alert("xid:48"), firing_since=T0 + timedelta(days=1))
+    later = T0 + timedelta(days=1, seconds=10)
+    check = is_persistent(back, POLICY, later)
+    assert not check and check.retry_at == T0 + timedelta(days=1, seconds=300)
+    assert is_persistent(back, POLICY, T0 + timedelta(days=1, seconds=300))
 
 
 # --- cooldown ---------------------------------------------------------------------------------

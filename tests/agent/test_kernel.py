@@ -25,7 +25,9 @@ from medic.agent.kernel import (
 from medic.detect import default_catalogue
 from medic.detect.signatures import Signature
 from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
-from medic.domain.ids import SignatureId
+from medic.domain.ids import ClusterName, NodeName, SignatureId
+from medic.domain.repairs import Alert, AlertSource, RepairAction
+from medic.policy.lightest import mapped_action
 
 CATALOGUE = default_catalogue()
 
@@ -184,6 +186,27 @@ def test_xid_lines_become_xid_findings_with_code_and_pci() -> None:
         "xid": "48",
         "pid": "'<unknown>'",
     }
+
+
+def test_an_xid_154_finding_carries_the_printed_recovery_action_where_mapping_reads_it() -> None:
+    line = (
+        "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
+        "to 0x2 (Node Reboot Required)"
+    )
+    (finding,) = KernelClassifier("n1", CATALOGUE).classify([line])
+    assert finding.key == "xid:154"
+    assert finding.evidence["recovery_action"] == "Node Reboot Required"
+    alert = Alert(
+        cluster=ClusterName("c"),
+        node=NodeName("n1"),
+        key=finding.key,
+        source=AlertSource.AGENT,
+        summary=finding.summary,
+        description=finding.description,
+        severity=finding.severity,
+        evidence=finding.evidence,
+    )
+    assert mapped_action(alert) is RepairAction.REBOOT
 
 
 def test_application_and_noise_lines_are_not_node_findings() -> None:

@@ -325,6 +325,8 @@ class KernelClassifier:
             summary = signature.title
         if signature.node_action is not None:
             evidence["node_action"] = signature.node_action.value
+        if fields.get("recovery_action"):  # Xid 154's printed action: the mapping reads it first
+            evidence["recovery_action"] = fields["recovery_action"]
         description = (
             f"The kernel of {self.node} logged: {texts[0][:400]}"
             f" ({signature.title}; reference: {signature.reference})"

@@ -48,9 +48,11 @@ __all__ = [
     "AGENT_ECC_DBE",
     "AGENT_FS_FULL",
     "AGENT_FS_READONLY",
+    "AGENT_GPU_MISSING",
     "AGENT_IB_PORT_DOWN",
     "AGENT_PCIE_REPLAY",
     "AGENT_ROW_REMAP_FAILURE",
+    "AGENT_ROW_REMAP_PENDING",
     "AGENT_THERMAL",
     "NODE_ACTIONS",
     "SLURM_DOWN",
@@ -66,6 +68,8 @@ __all__ = [
 
 AGENT_ECC_DBE = "agent:ecc_dbe"
 AGENT_ROW_REMAP_FAILURE = "agent:row_remap_failure"
+AGENT_ROW_REMAP_PENDING = "agent:row_remap_pending"
+AGENT_GPU_MISSING = "agent:gpu_missing"
 AGENT_PCIE_REPLAY = "agent:pcie_replay"
 AGENT_THERMAL = "agent:thermal"
 AGENT_FS_READONLY = "agent:fs_readonly"
@@ -85,6 +89,12 @@ AGENT_ACTIONS: Mapping[str, RepairAction | None] = {
     # healthy host); MIGRATE is gated on critical evidence and consumes capacity, so the ladder
     # reaches it if the fault returns. On bare metal a person should request REMOVE (RMA).
     AGENT_ROW_REMAP_FAILURE: RepairAction.REPROVISION,
+    # A remap is waiting for the GPU to be reset before it takes effect (the row stays bad
+    # until then): the reset is the fix itself.
+    AGENT_ROW_REMAP_PENDING: RepairAction.RESET_GPU,
+    # Fewer GPUs than expected, or one NVML reports lost (Xid 79's symptom from the host side):
+    # a reboot brings a GPU that fell off the bus back; if it does not, the ladder climbs.
+    AGENT_GPU_MISSING: RepairAction.REBOOT,
     # A reboot retrains the PCIe link; repeats climb the ladder.
     AGENT_PCIE_REPLAY: RepairAction.REBOOT,
     # Cooling, not the node's software state: a reboot does not fix it (listed for a person).

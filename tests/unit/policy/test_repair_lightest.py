@@ -140,6 +140,8 @@ def test_unknown_printed_text_falls_through() -> None:
     [
         ("agent:ecc_dbe", R),
         ("agent:row_remap_failure", P),
+        ("agent:row_remap_pending", R),  # the reset applies the remap
+        ("agent:gpu_missing", B),
         ("agent:pcie_replay", B),
         ("agent:thermal", None),
         ("agent:fs_readonly", B),

@@ -446,6 +446,12 @@ class RepairStore(Protocol):
 
     def get_repair(self, repair_id: int) -> Repair | None: ...
 
+    def find_repair(
+        self, cluster: ClusterName, requested_by: str, request_id: str
+    ) -> Repair | None:
+        """The repair a requester's request id names in ``cluster`` (any node, any state)."""
+        ...
+
     def list_repairs(
         self,
         *,

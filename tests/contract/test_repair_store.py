@@ -323,6 +323,11 @@ def test_create_repair_is_idempotent_on_requester_and_request_id(store: SqlStore
     store.transition_repair(first.id, S.PENDING_APPROVAL, S.CANCELLED, _at(1))
     again, created = store.create_repair(request, state=S.PENDING_APPROVAL, now=_at(2))
     assert (again.id, again.state, created) == (first.id, S.CANCELLED, False)
+    assert store.find_repair(request.cluster, "hc", "r1") == again
+    assert store.find_repair(request.cluster, "hc", "r404") is None
+    assert (
+        store.find_repair(B, "hc", "r1") is not None and store.find_repair(B, "hc", "r1") != again
+    )
 
     # Without a request id there is no key: NULLs never collide.
     plain = [store.create_repair(_request(), state=S.PENDING_APPROVAL, now=T0) for _ in range(3)]

@@ -185,6 +185,7 @@ def test_the_same_request_id_on_another_node_is_refused(store: SqlStore, clock: 
     with pytest.raises(InputError, match=r"already names repair \d+ of n01, not n02"):
         _submit(store, clock, _detector("n02"))
     assert [r.node for r in store.list_repairs(cluster=C)] == ["n01"]
+    assert store.list_alerts(cluster=C, node=NodeName("n02")) == [], "nothing left on n02"
 
 
 def test_one_repair_per_pool_and_the_budget(store: SqlStore, clock: FakeClock) -> None:

@@ -392,12 +392,11 @@ def _check_identity(request: RepairRequest) -> None:
 
 
 def _find(store: RepairStore, request: RepairRequest) -> Repair | None:
+    """The repair the request id already names, on any node (checked before anything is
+    recorded: a request id reused for another node is refused without a trace on that node)."""
     if not request.request_id:
         return None
-    for r in store.list_repairs(cluster=request.cluster, node=request.node):
-        if r.requested_by == request.requested_by and r.request_id == request.request_id:
-            return r
-    return None
+    return store.find_repair(request.cluster, request.requested_by, request.request_id)
 
 
 def _repeat(

@@ -244,6 +244,11 @@ class SqlStore:
     def get_repair(self, repair_id: int) -> Repair | None:
         return sql_repairs.get_repair(self._db, repair_id)
 
+    def find_repair(
+        self, cluster: ClusterName, requested_by: str, request_id: str
+    ) -> Repair | None:
+        return sql_repairs.find_repair(self._db, cluster, requested_by, request_id)
+
     def list_repairs(
         self,
         *,

@@ -115,6 +115,18 @@ def get_repair(db: Database, repair_id: int) -> Repair | None:
     return None if row is None else _repair(row._mapping)
 
 
+def find_repair(
+    db: Database, cluster: ClusterName, requested_by: str, request_id: str
+) -> Repair | None:
+    query = sa.select(repairs).where(  # the idempotency key's unique index answers it
+        repairs.c.cluster == cluster,
+        repairs.c.requested_by == requested_by,
+        repairs.c.request_id == request_id,
+    )
+    row = db.read(lambda conn: conn.execute(query).first())
+    return None if row is None else _repair(row._mapping)
+
+
 def list_repairs(
     db: Database,
     *,

@@ -7,6 +7,9 @@ jobs, nodes, advice and audit events: SQLite always, and PostgreSQL and MariaDB/
 stricter: PostgreSQL refuses NUL in text and 64-bit values in 32-bit columns, MySQL over-long
 values). Examples are bounded (``MAX_EXAMPLES`` per operation, fewer on the servers) so the whole
 run stays within about a minute.
+
+The schemathesis CLI itself (``st run``, all its phases, stateful included) against a live uvicorn
+server is ``test_schemathesis_cli.py``.
 """
 
 from __future__ import annotations

@@ -68,16 +68,17 @@ def _services(request: Request) -> Services:
 
 
 def _find_job(services: Services, job_id: str, cluster: str | None) -> Job:
-    jobs = [
-        j
-        for j in services.store.list_jobs(ClusterName(cluster) if cluster else None)
-        if j.id == job_id
-    ]
+    """The job by its key: one lookup per cluster the store knows (without ``cluster``), never
+    a scan of every job (the console asks for a timeline every few seconds)."""
+    store = services.store
+    names = [ClusterName(cluster)] if cluster else list(store.list_clusters())
+    found = (store.get_job(name, JobId(job_id)) for name in names)
+    jobs = [j for j in found if j is not None]
     if not jobs:
         raise NotFoundError(f"job {job_id!r} is not known to medic; list jobs at /api/v1/jobs")
     if len(jobs) > 1:
-        names = ", ".join(sorted(j.cluster for j in jobs))
-        raise InputError("cluster", f"job {job_id!r} exists in clusters {names}; pass ?cluster=")
+        where = ", ".join(sorted(j.cluster for j in jobs))
+        raise InputError("cluster", f"job {job_id!r} exists in clusters {where}; pass ?cluster=")
     return jobs[0]
 
 

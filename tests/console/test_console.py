@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control import intake
 from medic.control.services import Services
+from medic.domain.audit import AuditKind
 from medic.domain.cluster import JobState
 from medic.domain.diagnosis import Severity
 from medic.domain.faults import FaultKind
@@ -480,3 +481,28 @@ def test_the_changes_are_in_the_audit_search(page: Page, console: Console) -> No
     expect(table).to_contain_text("repair-action-changed")
     expect(table).to_contain_text("p1")
     shoot(page, "09-audit")
+
+
+def test_an_operator_resets_a_tripped_breaker_from_the_overview(
+    page: Page, console: Console
+) -> None:
+    store = console.services.store
+    cluster = ClusterName(console.services.cluster)
+    closed = store.get_breaker(cluster)
+    tripped = replace(
+        closed,
+        tripped=True,
+        tripped_at=console.services.clock.now(),
+        reason="trip: 3 node(s) repaired automatically in the last 0:10:00",
+    )
+    store.set_breaker(tripped, expected_tripped=False)
+    sign_in(page, console)
+    expect(page.locator("#breaker-state")).to_contain_text("tripped")
+    page.get_by_label("Note").fill("PDU firmware rolled back")
+    page.get_by_role("button", name="Reset the breaker").click()
+    expect(page.get_by_role("status")).to_contain_text("Circuit breaker of")
+    expect(page.locator("#breaker-state")).to_contain_text("closed")
+    assert not store.get_breaker(cluster).tripped
+    (reset,) = store.query_audit(kind=AuditKind.BREAKER_RESET, limit=10)
+    assert "PDU firmware rolled back" in str(reset.payload)
+    shoot(page, "10-breaker-reset")

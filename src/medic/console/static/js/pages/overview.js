@@ -3,6 +3,7 @@
 // uPlot chart over time) and detection / action latencies (figures and a uPlot chart).
 
 import { get } from "../api.js";
+import { registerRenderer } from "../htmx-medic.js";
 import {
   goodputData,
   goodputFigures,
@@ -41,6 +42,44 @@ function countList(pairs, kind) {
   )}</ul>`;
 }
 
+// An operator closes a tripped breaker once the cluster-level cause is understood (audited with
+// the note); hidden from viewers like every write.
+function breakerReset(breaker) {
+  return html`<div class="controls write">
+    <label for="breaker-note">Note <span class="muted">(what was wrong, optional)</span></label>
+    <input id="breaker-note" name="reason" type="text" maxlength="1000" autocomplete="off">
+    <span></span>
+    <div class="buttons">
+      <button type="button" id="breaker-reset" class="primary"
+        hx-post="/api/v1/breaker/reset" hx-include="#breaker-note"
+        hx-target="#breaker-card" hx-swap="outerHTML" data-render="breaker"
+        hx-vals='${JSON.stringify({ cluster: breaker.cluster })}'
+        data-done="Circuit breaker of ${breaker.cluster} reset: automatic repairs may run again."
+        >Reset the breaker</button>
+    </div>
+  </div>`;
+}
+
+// The breaker card; also what a reset answers with (the renderer "breaker"), so the card shows
+// the closed breaker at once instead of waiting for a poll the note field holds back.
+function breakerCard(breaker) {
+  return html`<section class="card" aria-labelledby="ov-breaker" id="breaker-card">
+      <h2 id="ov-breaker">Circuit breaker</h2>
+      ${breaker.tripped
+        ? html`<p class="big" id="breaker-state">${badge("tripped", "alarm")}</p>
+            <p>Since ${timeTag(breaker.tripped_at)}: ${breaker.reason || ""}</p>
+            <p>Automatic repair approval is paused until a person resets it.</p>
+            ${breakerReset(breaker)}`
+        : html`<p class="big" id="breaker-state">${badge("closed", "ok")}</p>
+            <p class="muted">Automatic repairs may run${breaker.reset_at
+              ? html` (last reset by ${breaker.reset_by} at ${timeTag(breaker.reset_at)})`
+              : ""}.</p>`}
+      <p class="muted">Cluster ${breaker.cluster}</p>
+    </section>`;
+}
+
+registerRenderer("breaker", breakerCard);
+
 function summary({ jobs, nodes, alerts, repairs, breaker }) {
   const running = jobs.filter((j) => j.state === "running").length;
   const share = jobs.length ? Math.round((100 * running) / jobs.length) : 0;
@@ -76,18 +115,7 @@ function summary({ jobs, nodes, alerts, repairs, breaker }) {
       </ul>
       ${countList(countBy(open, "state"), "repair")}
     </section>
-    <section class="card" aria-labelledby="ov-breaker">
-      <h2 id="ov-breaker">Circuit breaker</h2>
-      ${breaker.tripped
-        ? html`<p class="big" id="breaker-state">${badge("tripped", "alarm")}</p>
-            <p>Since ${timeTag(breaker.tripped_at)}: ${breaker.reason || ""}</p>
-            <p>Automatic repair approval is paused until a person resets it.</p>`
-        : html`<p class="big" id="breaker-state">${badge("closed", "ok")}</p>
-            <p class="muted">Automatic repairs may run${breaker.reset_at
-              ? html` (last reset by ${breaker.reset_by} at ${timeTag(breaker.reset_at)})`
-              : ""}.</p>`}
-      <p class="muted">Cluster ${breaker.cluster}</p>
-    </section>
+    ${breakerCard(breaker)}
     <section class="card" aria-labelledby="ov-alerts">
       <h2 id="ov-alerts">Alerts</h2>
       <p class="big"><strong>${firing.length}</strong> firing</p>

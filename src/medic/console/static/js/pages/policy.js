@@ -103,8 +103,10 @@ function repairPolicyForm(policy, seen) {
     ["Revalidate after", policy.validate_after.map(label).join(", ") || "—"],
   ];
   return html`<form id="repair-policy-form">
-    <p>A repair is approved without a person only when its action <em>and</em> (for an Xid alert)
-      its Xid code are both ticked, within the budget and while the breaker is closed.</p>
+    <p>A repair medic recommends is approved without a person when its action is ticked,
+      <em>or</em> when it answers an Xid whose code is ticked (for the Xid's own mapped action:
+      an escalated one needs its action ticked), within the budget and while the breaker is
+      closed. Removal always waits for a person.</p>
     <div class="columns">
       <fieldset><legend>Actions approved automatically</legend>
         <ul class="checks">${join(actions)}</ul></fieldset>

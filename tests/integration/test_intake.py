@@ -406,6 +406,48 @@ def test_parse_a_person_request_with_a_default_id() -> None:
     assert request.request_id == request_id_for("n07", "medic-request: reset-gpu fans are loud")
 
 
+def _commented(comment: str | None, reason: str | None = None) -> Node:
+    state = NodeState.DRAINED if reason else NodeState.IDLE
+    return Node(NodeName("n07"), state, partitions=("p1",), gpus=8, reason=reason, comment=comment)
+
+
+def test_parse_a_detector_request_in_the_node_comment() -> None:
+    node = _commented("medic-request: reset_gpu id=hc-981 detector=nvsentinel ECC DBE on GPU 3")
+
+    request = parse_request(node, C)
+
+    assert request is not None
+    assert (request.action, request.request_id, request.requested_by) == (
+        RepairAction.RESET_GPU,
+        "hc-981",
+        "nvsentinel",
+    )
+    assert request.requester_kind is RequesterKind.DETECTOR and request.alert_keys == ()
+    assert request.evidence["source"] == "slurm-comment"
+    with pytest.raises(InputError, match="must name detector="):
+        parse_request(_commented("medic-request: reboot the fans are loud"), C)
+    assert parse_request(_commented("rack 7, row B"), C) is None
+    # a drain reason that is a request wins over the comment
+    both = parse_request(
+        _commented("medic-request: reboot detector=x a", "medic-request: reprovision b"), C
+    )
+    assert both is not None and both.action is RepairAction.REPROVISION
+
+
+def test_a_comment_request_read_every_pass_makes_one_repair(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    node = _commented("medic-request: reboot detector=nvsentinel DCGM diag level 3 failed")
+    for _ in range(3):
+        request = parse_request(node, C)
+        assert request is not None
+        _submit(store, clock, request, dedupe_window=timedelta(hours=1))
+        clock.advance(5)
+    [repair] = store.list_repairs(cluster=C)
+    assert (repair.node, repair.state, repair.requested_by) == ("n07", S.APPROVED, "nvsentinel")
+    assert repair.alert_keys, "the detector's own failed check is its evidence"
+
+
 @pytest.mark.parametrize("reason", [None, "", "medic: drained for repair 12", "NHC failed"])
 def test_other_drain_reasons_are_not_requests(reason: str | None) -> None:
     assert parse_request(_drained(reason), C) is None

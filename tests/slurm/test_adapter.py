@@ -26,6 +26,7 @@ from medic.schedulers.slurm import (
     SlurmScheduler,
     SlurmWorkload,
 )
+from medic.schedulers.slurm.requests import parse_request
 
 from .conftest import check, wait_for
 
@@ -159,6 +160,25 @@ def test_someone_elses_drain_is_left_alone(parts: Parts, slurm: SlurmEnv) -> Non
         assert node.state is NodeState.DRAINED and node.reason == "NHC: bad disk"
     finally:
         check(slurm, "scontrol", "update", "NodeName=node2", "State=RESUME")
+
+
+def test_a_node_comment_is_read_and_a_medic_request_in_it_parsed(
+    parts: Parts, slurm: SlurmEnv
+) -> None:
+    text = "medic-request: reboot id=hc-1 detector=nvsentinel DCGM diag failed"
+    check(slurm, "scontrol", "update", "NodeName=node2", f"Comment={text}")
+    try:
+        node = next(n for n in parts.scheduler.list_nodes() if n.name == "node2")
+        assert node.comment == text and node.state is NodeState.IDLE
+        request = parse_request(node, parts.scheduler.cluster)
+        assert request is not None and (request.request_id, request.requested_by) == (
+            "hc-1",
+            "nvsentinel",
+        )
+    finally:
+        check(slurm, "scontrol", "update", "NodeName=node2", "Comment=")
+    node = next(n for n in parts.scheduler.list_nodes() if n.name == "node2")
+    assert node.comment is None
 
 
 def test_reboot_through_slurm_changes_the_boot_id(parts: Parts) -> None:

@@ -86,6 +86,9 @@ class Node:
     gpus: int = 0
     reason: str | None = None
     """Drain/down reason as set by whoever drained it (``medic:`` prefix when medic did)."""
+    comment: str | None = field(default=None, compare=False)
+    """Free text on the node (Slurm's node ``Comment``): where a detector without API access
+    writes a ``medic-request:``. Read each pass, not stored (not part of ``==``)."""
 
 
 @dataclass(frozen=True, slots=True)

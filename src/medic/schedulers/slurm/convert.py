@@ -128,6 +128,7 @@ def node_from_canonical(record: CanonicalNode) -> Node:
         partitions=tuple(record["partitions"]),
         gpus=gpu_count(record["gres"]),
         reason=reason,
+        comment=record["comment"].strip() or None,
     )
 
 

@@ -81,6 +81,7 @@ def _node_v0_0_38(raw: Raw) -> CanonicalNode:
         partitions=[text(p) for p in partitions] if isinstance(partitions, list) else [],
         gres=text(raw.get("gres")),
         boot_time=_time(raw.get("boot_time")),
+        comment=text(raw.get("comment")),
     )
 
 

@@ -25,6 +25,8 @@ class CanonicalNode(TypedDict):
     partitions: list[str]
     gres: str
     boot_time: int | None
+    comment: str
+    """The node's ``Comment`` ("" when none)."""
 
 
 class CanonicalJob(TypedDict):

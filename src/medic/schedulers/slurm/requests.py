@@ -1,9 +1,15 @@
-"""Repair requests written into a Slurm node's drain reason, for sites without the API.
+"""Repair requests written into a Slurm node's drain reason or comment (sites without the API).
 
 An operator or a detector drains the node with a reason that starts with ``medic-request:``::
 
     scontrol update nodename=gpu017 state=drain \\
         reason="medic-request: reboot id=ticket-4711 detector=nvsentinel GPU memory test failed"
+
+or a detector, without draining the node, writes the same into its comment (``detector=`` is
+then required: a person's request needs the drain as its evidence)::
+
+    scontrol update nodename=gpu017 \\
+        comment="medic-request: reset_gpu id=hc-981 detector=nvsentinel ECC DBE on GPU 3"
 
 Format: ``medic-request: <action> [id=<request id>] [detector=<name>] <free text>``. ``<action>``
 is a repair action (``reset_gpu``, ``reboot``, ``reprovision``, ``migrate``, ``power_cycle``,
@@ -88,16 +94,29 @@ def _options(node: str, words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def parse_request(node: Node, cluster: ClusterName) -> RepairRequest | None:
-    """The repair request in ``node``'s drain reason, None when the reason is not one."""
+    """The repair request in ``node``'s drain reason, else in its comment; None when neither
+    is one."""
     reason = (node.reason or "").strip()
-    if not reason.lower().startswith(REQUEST_PREFIX):
-        return None
-    body = reason[len(REQUEST_PREFIX) :]
-    words = body.split()
+    if reason.lower().startswith(REQUEST_PREFIX):
+        return _request(node, cluster, reason, "drain reason")
+    comment = (node.comment or "").strip()
+    if comment.lower().startswith(REQUEST_PREFIX):
+        return _request(node, cluster, comment, "comment")
+    return None
+
+
+def _request(node: Node, cluster: ClusterName, line: str, where: str) -> RepairRequest:
+    words = line[len(REQUEST_PREFIX) :].split()
     action = _action(node.name, words[0] if words else None)
     options, free = _options(node.name, words[1:])
-    text = " ".join(free) or f"requested in the Slurm drain reason of {node.name}"
+    text = " ".join(free) or f"requested in the Slurm {where} of {node.name}"
     detector = options.get("detector")
+    if where == "comment" and detector is None:
+        raise InputError(
+            f"node {node.name}",
+            f"{REQUEST_PREFIX} in a node comment must name detector=<name> (a person asks by "
+            "draining the node with the request as its reason)",
+        )
     if detector is not None and action.human_only:
         raise InputError(
             f"node {node.name}",
@@ -111,7 +130,7 @@ def parse_request(node: Node, cluster: ClusterName) -> RepairRequest | None:
         requested_by=detector or SLURM_OPERATOR,
         requester_kind=RequesterKind.DETECTOR if detector else RequesterKind.USER,
         reason=text,
-        alert_keys=(DRAIN_ALERT_KEY,),
-        request_id=options.get("id") or request_id_for(node.name, reason),
-        evidence={"source": "slurm-drain-reason", "drain_reason": reason},
+        alert_keys=(DRAIN_ALERT_KEY,) if where == "drain reason" else (),
+        request_id=options.get("id") or request_id_for(node.name, line),
+        evidence={"source": f"slurm-{where.replace(' ', '-')}", where.replace(" ", "_"): line},
     )

@@ -147,4 +147,5 @@ def node_from_scontrol(fields: dict[str, str]) -> CanonicalNode:
         partitions=[p for p in _value(fields, "Partitions").split(",") if p],
         gres=_value(fields, "Gres"),
         boot_time=_epoch(fields, "BootTime"),
+        comment=_value(fields, "Comment"),
     )

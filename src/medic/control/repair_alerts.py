@@ -12,9 +12,10 @@
 - alerts others stored (the node agent, detectors, through the API) are noticed when they start
   firing (those that fired before this engine started are not announced again).
 
-:func:`submit_drain_requests` hands repair requests written in Slurm drain reasons
-(``medic-request:``) to :func:`medic.control.intake.submit_repair`. Shared by the repair modules:
-:class:`RepairStores`, :class:`RepairMetrics`, :class:`PassView`, :func:`repair_event`.
+:func:`submit_drain_requests` hands repair requests written in Slurm drain reasons or node
+comments (``medic-request:``) to :func:`medic.control.intake.submit_repair`. Shared by the
+repair modules: :class:`RepairStores`, :class:`RepairMetrics`, :class:`PassView`,
+:func:`repair_event`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ _BUSY = frozenset({RepairState.EXECUTING, RepairState.REJOINING, RepairState.VAL
 _IGNORED_ROLES = frozenset({Role.PROGRESS, Role.NOISE})
 AlertIndex = dict[tuple[NodeName, str], Alert]
 DrainRequests = Callable[[Node, ClusterName], RepairRequest | None]
-"""Parses a node's drain reason into a repair request (``medic-request:``, Slurm)."""
+"""Parses a node's drain reason or comment into a repair request (``medic-request:``, Slurm)."""
 _DEDUPE = timedelta(hours=1)
 
 
@@ -286,7 +287,8 @@ def submit_drain_requests(
     nodes: Sequence[Node],
     view: PassView,
 ) -> None:
-    """Repair requests in Slurm drain reasons (``medic-request:``), through intake."""
+    """Repair requests in Slurm drain reasons and node comments (``medic-request:``), through
+    intake."""
     busy = {r.node for r in view.open_repairs}
     for node in nodes:
         if node.name in busy:

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceRequest, Reconciliation
 from medic.domain.attempts import Attempt, Progress
-from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.audit import AuditEvent, AuditKind, AuditOrder
 from medic.domain.auth import Session, Token
 from medic.domain.cluster import Job, JobSpec, Node
 from medic.domain.diagnosis import Detection, Verdict
@@ -188,9 +188,14 @@ class AuditQuery(Protocol):
         since: datetime | None = None,
         until: datetime | None = None,
         after_id: int | None = None,
+        before_id: int | None = None,
+        order: AuditOrder = "asc",
         limit: int = 100,
     ) -> list[AuditEvent]:
-        """Events matching every given filter, oldest first, ``id > after_id`` (cursor)."""
+        """At most ``limit`` events matching every given filter, with ``after_id < id <
+        before_id`` (either bound optional): the oldest first (``asc``: the next page is
+        ``after_id`` = the last id) or the newest first (``desc``: ``before_id`` = the last id).
+        Ids grow with every event written, so a cursor is stable while new events arrive."""
         ...
 
 

@@ -544,7 +544,7 @@ def test_audit_last_full_page_has_no_next_cursor(client: TestClient) -> None:
     assert len(page["events"]) == total
     assert page["next_after_id"] is None
     beyond = client.get("/api/v1/audit", params={"after_id": page["events"][-1]["id"]}).json()
-    assert beyond == {"events": [], "next_after_id": None}
+    assert beyond == {"events": [], "next_after_id": None, "next_before_id": None}
 
 
 @pytest.mark.parametrize(

@@ -33,9 +33,9 @@ import uvicorn
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control import intake
+from medic.control import intake, intake_common
 from medic.control.services import Services
-from medic.domain.audit import AuditKind
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import JobState
 from medic.domain.diagnosis import Severity
 from medic.domain.faults import FaultKind
@@ -72,6 +72,7 @@ TIMEOUT_MS = 10_000
 PASS_SECONDS = 0.5
 TICK_SECONDS = 0.1
 XID_TEXT = "GPU has fallen off the bus"
+ROW_IDS = "rows => rows.map(row => row.dataset.event)"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -163,14 +164,14 @@ def _populate(services: Services, clock: FakeClock) -> tuple[str, str, int, int]
         request,
         clock.now(),
         cluster_nodes=len(nodes),
-        node_pools=intake.node_pools(nodes),
+        node_pools=intake_common.node_pools(nodes),
     )
     assert user_repair.state is RepairState.PENDING_APPROVAL
     return fault.job_id, fault.node, medic_repair.id, user_repair.id
 
 
 def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
@@ -470,13 +471,35 @@ def test_the_changes_are_in_the_audit_search(page: Page, console: Console) -> No
     expect(table).to_contain_text("repair-approved")
     expect(table).to_contain_text("repair-recommended")
 
-    # everything the admin did, paged 100 at a time
+    # the whole trail, newest first, paged back 100 at a time: over a page of newer events first
+    store = console.services.store
+    for n in range(120):
+        store.append_audit(
+            AuditEvent(
+                time=console.services.clock.now(),
+                actor="medic-engine",
+                kind=AuditKind.LOOP_ERROR,
+                subject_type=SubjectType.CLUSTER,
+                subject_id=console.services.cluster,
+                cluster=console.services.cluster,
+                payload={"error": f"filler {n}"},
+            )
+        )
+    newest = store.query_audit(order="desc", limit=1)[0].id or 0
     form.get_by_label("Node").fill("")
     form.get_by_role("button", name="Search").click()
-    expect(page.locator("#audit-count")).to_contain_text("events")
-    more = page.get_by_role("button", name="More")
-    while more.is_visible():
-        more.click()
+    expect(table.locator(f'tr[data-event="{newest}"]')).to_be_visible()
+    expect(page.locator("#audit-count")).to_contain_text("newest first")
+    first = table.locator("tbody tr").first.get_attribute("data-event")
+    assert int(first or 0) >= newest, "the newest event is on top"
+    older = page.get_by_role("button", name="Older events")
+    while older.is_visible():
+        older.click()
+        # the page arrived: the button is enabled again (and hidden after the last page)
+        expect(page.locator("#audit-older")).to_be_enabled()
+    ids = [int(i) for i in table.locator("tbody tr").evaluate_all(ROW_IDS)]
+    trail = store.query_audit(order="desc", before_id=ids[0] + 1, limit=1000)
+    assert len(ids) > 100 and ids == [e.id for e in trail], "every event once, newest first"
     expect(table).to_contain_text("repair-rejected")
     expect(table).to_contain_text("repair-action-changed")
     expect(table).to_contain_text("p1")

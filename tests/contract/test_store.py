@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import platformdirs
 import pytest
@@ -508,6 +508,33 @@ def test_audit_filters_and_cursor(store: SqlStore) -> None:
     assert pages == [ids[:4], ids[4:]]
     with pytest.raises(InputError):
         store.query_audit(limit=0)
+    with pytest.raises(InputError):
+        store.query_audit(order=cast(Any, "sideways"))
+
+
+def test_audit_newest_first_pages_back_with_before_id(store: SqlStore) -> None:
+    kinds = (AuditKind.DETECTION, AuditKind.ADVICE)
+    ids = [store.append_audit(_event(n, kind=kinds[n % 2])) for n in range(7)]
+
+    def matching(**filters: Any) -> list[int]:
+        return [e.id or 0 for e in store.query_audit(**filters)]
+
+    assert matching(order="desc") == ids[::-1]
+    assert matching(order="desc", limit=2) == [ids[6], ids[5]]
+    assert matching(order="desc", before_id=ids[5], limit=2) == [ids[4], ids[3]]
+    assert matching(order="desc", kind=AuditKind.ADVICE) == [ids[5], ids[3], ids[1]]
+    assert matching(order="desc", since=T0 + timedelta(seconds=4)) == ids[4:][::-1]
+    # Both bounds, either order.
+    assert matching(after_id=ids[1], before_id=ids[5]) == ids[2:5]
+    assert matching(after_id=ids[1], before_id=ids[5], order="desc") == ids[2:5][::-1]
+    assert matching(before_id=ids[0]) == matching(order="desc", after_id=ids[6]) == []
+
+    pages: list[list[int]] = []
+    cursor: int | None = None
+    while page := matching(order="desc", before_id=cursor, limit=3):
+        pages.append(page)
+        cursor = page[-1]
+    assert pages == [ids[6:3:-1], ids[3:0:-1], ids[:1]]
 
 
 def test_audit_is_append_only_in_the_database(store: SqlStore, raw: sa.Engine) -> None:

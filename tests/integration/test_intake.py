@@ -12,24 +12,11 @@ from typing import Any
 
 import pytest
 
-from medic.control.intake import (
-    Actor,
-    EvidenceRequired,
-    GuardrailRefused,
-    RepairInProgress,
-    detector_alert_key,
-    node_pools,
-    submit_repair,
-)
-from medic.control.repair_decisions import (
-    approve_repair,
-    cancel_repair,
-    check_policy,
-    put_policy,
-    record_invalid_request,
-    reject_repair,
-    reset_breaker,
-)
+from medic.control.actors import Actor, EvidenceRequired, GuardrailRefused, RepairInProgress
+from medic.control.intake import record_invalid_request, submit_repair
+from medic.control.intake_common import detector_alert_key, node_pools
+from medic.control.repair_decisions import approve_repair, cancel_repair, reject_repair
+from medic.control.repair_policy import check_policy, put_policy, reset_breaker
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Node, NodeState
 from medic.domain.diagnosis import Severity

@@ -79,7 +79,7 @@ class LiveApi:
         app = create_app(services)
         if not any(getattr(r, "path", None) == "/api/v1/actions" for r in app.routes):
             app.include_router(advice_router)  # until create_app includes the advice router
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port))
         self.port: int = self._sock.getsockname()[1]

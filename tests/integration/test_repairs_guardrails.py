@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from medic.config.settings import SimSettings
-from medic.control import repair_decisions
+from medic.control import repair_policy
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import NodeState
 from medic.domain.diagnosis import Severity
@@ -91,9 +91,7 @@ def test_an_alert_storm_trips_the_breaker_and_a_reset_re_enables_it(
     assert Counter(rep.state for rep in r.repairs())[RepairState.DONE] == 10  # still paused
 
     # an operator resets the breaker: automatic repair resumes for new alerts
-    repair_decisions.reset_breaker(
-        h.store, CLUSTER, "alice", h.clock.now(), reason="bad driver push"
-    )
+    repair_policy.reset_breaker(h.store, CLUSTER, "alice", h.clock.now(), reason="bad driver push")
     assert not h.store.get_breaker(CLUSTER).tripped
     assert len(r.events(AuditKind.BREAKER_RESET)) == 1
     fresh = next(f"node{i:03d}" for i in range(100, 0, -1) if f"node{i:03d}" not in storm)

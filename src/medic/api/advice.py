@@ -24,6 +24,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request, Response
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.schemas import (
     ActionBeginIn,
     ActionFinishIn,
@@ -45,7 +46,7 @@ __all__ = ["CONTROLLER_PREFIX", "router"]
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/api/v1", tags=["controller"])
+router = APIRouter(prefix="/api/v1", tags=["controller"], responses=problems(401, 403, 503))
 
 CONTROLLER_PREFIX = "controller:"
 
@@ -69,14 +70,22 @@ def _advice(services: Services, advice_id: int) -> Advice:
     return advice
 
 
-@router.get("/advice/{advice_id}", response_model=AdviceOut, dependencies=[_Readers])
+@router.get(
+    "/advice/{advice_id}",
+    response_model=AdviceOut,
+    dependencies=[_Readers],
+    responses=problems(404, 422),
+)
 def get_advice(request: Request, advice_id: AdvicePath) -> AdviceOut:
     """One advice, as a controller re-reads it before acting or reporting."""
     return AdviceOut.of(_advice(_services(request), advice_id))
 
 
 @router.put(
-    "/advice/{advice_id}/reconciliation", response_model=AdviceOut, dependencies=[_Controller]
+    "/advice/{advice_id}/reconciliation",
+    response_model=AdviceOut,
+    dependencies=[_Controller],
+    responses=problems(400, 404, 409, 422),
 )
 def report_reconciliation(
     request: Request, advice_id: AdvicePath, body: ReconciliationIn
@@ -110,7 +119,12 @@ def report_reconciliation(
     return AdviceOut.of(stored)
 
 
-@router.get("/actions/{key:path}", response_model=ActionRecordOut, dependencies=[_Readers])
+@router.get(
+    "/actions/{key:path}",
+    response_model=ActionRecordOut,
+    dependencies=[_Readers],
+    responses=problems(404, 422),
+)
 def get_action(request: Request, key: KeyPath) -> ActionRecordOut:
     """One step of the ledger by its idempotency key."""
     record = _services(request).store.get_action(key)
@@ -120,7 +134,14 @@ def get_action(request: Request, key: KeyPath) -> ActionRecordOut:
 
 
 @router.post(
-    "/actions", response_model=ActionRecordOut, status_code=201, dependencies=[_Controller]
+    "/actions",
+    response_model=ActionRecordOut,
+    status_code=201,
+    dependencies=[_Controller],
+    responses={
+        200: {"model": ActionRecordOut, "description": "Begun before: the record holding the key"},
+        **problems(400, 404, 409, 422),
+    },
 )
 def begin_action(request: Request, response: Response, body: ActionBeginIn) -> ActionRecordOut:
     """Begin a step under its idempotency key: 201 with the new record, or 200 with the record
@@ -152,7 +173,12 @@ def begin_action(request: Request, response: Response, body: ActionBeginIn) -> A
     return ActionRecordOut.of(stored)
 
 
-@router.put("/actions/{key:path}", response_model=ActionRecordOut, dependencies=[_Controller])
+@router.put(
+    "/actions/{key:path}",
+    response_model=ActionRecordOut,
+    dependencies=[_Controller],
+    responses=problems(400, 404, 422),
+)
 def finish_action(request: Request, key: KeyPath, body: ActionFinishIn) -> ActionRecordOut:
     """Record a step's outcome (404 when the key was never begun)."""
     services = _services(request)
@@ -163,7 +189,7 @@ def finish_action(request: Request, key: KeyPath, body: ActionFinishIn) -> Actio
     return ActionRecordOut.of(stored)
 
 
-@router.post("/audit", response_model=AuditOut, status_code=201)
+@router.post("/audit", response_model=AuditOut, status_code=201, responses=problems(400, 422))
 def append_audit(
     request: Request,
     body: AuditIn,

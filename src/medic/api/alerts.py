@@ -26,6 +26,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Request, Response
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.problems import Forbidden
 from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
 from medic.control.services import Services
@@ -38,7 +39,7 @@ from medic.ports import RepairStore
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/v1", tags=["alerts"])
+router = APIRouter(prefix="/api/v1", tags=["alerts"], responses=problems(401, 403, 503))
 
 
 def _services(request: Request) -> Services:
@@ -74,7 +75,15 @@ def _check_detector(principal: Principal, detector: str, verb: str) -> None:
         )
 
 
-@router.post("/alerts", response_model=AlertOut, status_code=201)
+@router.post(
+    "/alerts",
+    response_model=AlertOut,
+    status_code=201,
+    responses={
+        200: {"model": AlertOut, "description": "Resolved (``state: resolved``)"},
+        **problems(400, 404, 422),
+    },
+)
 def post_alert(
     request: Request,
     response: Response,
@@ -117,7 +126,12 @@ def post_alert(
     return AlertOut.of(store.upsert_alert(replace(alert, mapped_action=mapped_action(alert)), now))
 
 
-@router.get("/alerts", response_model=list[AlertOut], dependencies=[Depends(require(*READERS))])
+@router.get(
+    "/alerts",
+    response_model=list[AlertOut],
+    dependencies=[Depends(require(*READERS))],
+    responses=problems(422),
+)
 def list_alerts(
     request: Request,
     cluster: str | None = None,

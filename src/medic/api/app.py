@@ -22,6 +22,7 @@ from medic.api.alerts import router as alerts_router
 from medic.api.auth import router as tokens_router
 from medic.api.auth import startup_notice
 from medic.api.clusters import router as clusters_router
+from medic.api.openapi import install_openapi, problems
 from medic.api.policy import router as policy_router
 from medic.api.problems import flush_denials, install_problem_handlers
 from medic.api.repairs import router as repairs_router
@@ -77,6 +78,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     app.state.services = services
     app.add_middleware(NulReplacing)
     install_problem_handlers(app)
+    install_openapi(app)
     app.include_router(router)
     app.include_router(clusters_router)
     app.include_router(advice_router)
@@ -92,7 +94,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
         """Liveness: the process answers."""
         return {"status": "ok", "version": medic.__version__}
 
-    @app.get("/readyz", response_model=ReadyOut)
+    @app.get("/readyz", response_model=ReadyOut, responses=problems(503))
     def readyz(request: Request) -> ReadyOut:
         """Readiness: the process answers and its store answers a query (503 otherwise)."""
         try:

@@ -34,6 +34,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
+from medic.api.openapi import problems
 from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
 from medic.api.schemas_auth import (
     TokenCreatedOut,
@@ -278,7 +279,7 @@ def startup_notice(store: Store) -> str | None:
     )
 
 
-router = APIRouter(prefix="/api/v1", tags=["auth"])
+router = APIRouter(prefix="/api/v1", tags=["auth"], responses=problems(401, 403, 503))
 TokenName = Annotated[str, Path(min_length=1, max_length=128, description="Token name")]
 
 
@@ -290,7 +291,12 @@ def list_tokens(
     return [TokenOut.of(t) for t in token_store(_services(request).store).list_tokens()]
 
 
-@router.post("/tokens", response_model=TokenCreatedOut, status_code=201)
+@router.post(
+    "/tokens",
+    response_model=TokenCreatedOut,
+    status_code=201,
+    responses=problems(400, 409, 422),
+)
 def create_token(
     request: Request,
     body: TokenIn,
@@ -304,7 +310,7 @@ def create_token(
     return TokenCreatedOut(**TokenOut.of(token).model_dump(), token=secret)
 
 
-@router.delete("/tokens/{name}", response_model=TokenOut)
+@router.delete("/tokens/{name}", response_model=TokenOut, responses=problems(404, 422))
 def delete_token(
     request: Request,
     name: TokenName,

@@ -28,6 +28,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.schemas_auth import ModesOut
 from medic.api.schemas_clusters import (
     ClusterOut,
@@ -51,7 +52,7 @@ from medic.ports import ModeStore, RepairStore, Store
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/v1", tags=["clusters"])
+router = APIRouter(prefix="/api/v1", tags=["clusters"], responses=problems(401, 403, 503))
 
 DAY = 86_400
 MIN_WINDOW = 60
@@ -132,7 +133,9 @@ def _overview_goodput(services: Services, cluster: ClusterName, jobs: Sequence[J
     return goodput(_intervals(services.store, cluster, jobs, start, now), start, now)
 
 
-@router.get("/goodput", response_model=GoodputOut, dependencies=[_Readers])
+@router.get(
+    "/goodput", response_model=GoodputOut, dependencies=[_Readers], responses=problems(404, 422)
+)
 def get_goodput(
     request: Request,
     cluster: ClusterQuery = None,
@@ -234,7 +237,12 @@ def list_clusters(request: Request) -> list[ClusterOut]:
     return [_cluster(services, name, kind, jobs) for name, kind in _known(services).items()]
 
 
-@router.get("/clusters/{name}", response_model=ClusterOut, dependencies=[_Readers])
+@router.get(
+    "/clusters/{name}",
+    response_model=ClusterOut,
+    dependencies=[_Readers],
+    responses=problems(404, 422),
+)
 def get_cluster(request: Request, name: ClusterName_) -> ClusterOut:
     """One cluster's overview."""
     services = _services(request)

@@ -20,6 +20,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Query, Request
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.schemas_auth import (
     ModesIn,
     ModesOut,
@@ -34,7 +35,7 @@ from medic.ports import ModeStore
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/v1", tags=["policy"])
+router = APIRouter(prefix="/api/v1", tags=["policy"], responses=problems(401, 403, 503))
 
 ENGINE = "medic-engine"
 ClusterQuery = Annotated[
@@ -59,7 +60,7 @@ def _cluster(services: Services, cluster: str | None) -> ClusterName:
     return ClusterName(cluster) if cluster else services.cluster
 
 
-@router.get("/policy/modes", response_model=ModesOut)
+@router.get("/policy/modes", response_model=ModesOut, responses=problems(422))
 def get_modes(
     request: Request,
     _: Annotated[Principal, Depends(require(*READERS))],
@@ -71,7 +72,7 @@ def get_modes(
     return ModesOut.of(stored, services.settings.scheduler.mode)
 
 
-@router.put("/policy/modes", response_model=ModesOut)
+@router.put("/policy/modes", response_model=ModesOut, responses=problems(400, 422))
 def put_modes(
     request: Request,
     body: ModesIn,

@@ -14,6 +14,7 @@ failing audit write is logged and never turns the refusal into a 500.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount
 
 from medic.api.denials import DenialLimiter
 from medic.api.schemas import (
@@ -42,6 +44,7 @@ from medic.errors import (
 )
 
 __all__ = [
+    "PROBLEM_MEDIA_TYPE",
     "AccessDenied",
     "CsrfFailed",
     "Forbidden",
@@ -54,7 +57,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ANONYMOUS = "anonymous"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
 _AUDIT_ACTOR = "medic-engine"
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 _MAX_SUBJECT = 255
 
 
@@ -103,10 +108,19 @@ _STATUS: list[tuple[type[MedicError], int, str]] = [
 ]
 
 
-def problem(status: int, code: str, detail: str, title: str | None = None) -> JSONResponse:
+def problem(
+    status: int,
+    code: str,
+    detail: str,
+    title: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     body = Problem(title=title or code.replace("_", " "), status=status, code=code, detail=detail)
     return JSONResponse(
-        body.model_dump(), status_code=status, media_type="application/problem+json"
+        body.model_dump(),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=dict(headers) if headers else None,
     )
 
 
@@ -168,6 +182,27 @@ def _write_denied(services: Services, now: datetime, path: str, payload: dict[st
         logger.exception("could not audit a refused request to %s", path)
 
 
+def _allowed(request: Request) -> str | None:
+    """Every method some route takes on the request's path (None: no route there takes one),
+    found by routing the path once per method as the app would."""
+    allowed = []
+    for method in _METHODS:
+        probe: dict[str, Any] = {
+            "type": "http",
+            "method": method,
+            "path": request.scope["path"],
+            "root_path": request.scope.get("root_path", ""),
+            "headers": [],
+            "query_string": b"",
+        }
+        for route in request.app.router.routes:
+            # A mount (the console) takes every method, then answers only some.
+            if not isinstance(route, Mount) and route.matches(probe)[0] is Match.FULL:
+                allowed.append(method)
+                break
+    return ", ".join(allowed) or None
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     app.state.denials = DenialLimiter()
 
@@ -195,10 +230,16 @@ def install_problem_handlers(app: FastAPI) -> None:
             parts.append(f"{where}: {err.get('msg', 'invalid')}")
         return problem(422, "invalid_request", "; ".join(parts) or "invalid request")
 
-    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        allowed = _allowed(request) if exc.status_code == 405 else None
+        if allowed:
+            # Starlette's ``Allow`` names the methods of the first route on the path only.
+            headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
+            headers["Allow"] = allowed
+        return problem(exc.status_code, code, str(exc.detail), headers=headers)
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error in API request", exc_info=exc)

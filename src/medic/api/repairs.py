@@ -39,6 +39,7 @@ from typing import Annotated, cast
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.problems import Forbidden
 from medic.api.schemas_repairs import (
     ActionChangeIn,
@@ -52,21 +53,16 @@ from medic.api.schemas_repairs import (
     RepairPolicyIn,
     RepairPolicyOut,
 )
-from medic.control.intake import (
-    Actor,
-    EvidenceRequired,
-    IntakeStore,
-    node_pools,
-    submit_repair,
-)
+from medic.control.actors import Actor, EvidenceRequired
+from medic.control.intake import submit_repair
+from medic.control.intake_common import IntakeStore, node_pools
 from medic.control.repair_decisions import (
     approve_repair,
     cancel_repair,
     change_action,
-    put_policy,
     reject_repair,
-    reset_breaker,
 )
+from medic.control.repair_policy import put_policy, reset_breaker
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
@@ -75,7 +71,7 @@ from medic.errors import InputError, NotFoundError, PolicyViolation, TransientEr
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/v1", tags=["repairs"])
+router = APIRouter(prefix="/api/v1", tags=["repairs"], responses=problems(401, 403, 503))
 
 RepairPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="Repair id")]
 """Repair ids are 32-bit in the database: a larger one can name no repair (422, not a 503)."""
@@ -136,7 +132,15 @@ def _location(response: Response, repair_id: int) -> None:
 
 
 # --- repairs -------------------------------------------------------------------------------------
-@router.post("/repairs", response_model=RepairOut, status_code=201)
+@router.post(
+    "/repairs",
+    response_model=RepairOut,
+    status_code=201,
+    responses={
+        200: {"model": RepairOut, "description": "A repeated request: the repair it made first"},
+        **problems(400, 409, 422),
+    },
+)
 def post_repair(
     request: Request, response: Response, body: RepairIn, principal: Requester
 ) -> RepairOut:
@@ -182,7 +186,9 @@ def post_repair(
     return RepairOut.of(repair)
 
 
-@router.get("/repairs", response_model=list[RepairOut], dependencies=[_Readers])
+@router.get(
+    "/repairs", response_model=list[RepairOut], dependencies=[_Readers], responses=problems(422)
+)
 def list_repairs(
     request: Request,
     cluster: str | None = None,
@@ -199,7 +205,12 @@ def list_repairs(
     return [RepairOut.of(r) for r in repairs]
 
 
-@router.get("/repairs/{repair_id}", response_model=RepairDetailOut, dependencies=[_Readers])
+@router.get(
+    "/repairs/{repair_id}",
+    response_model=RepairDetailOut,
+    dependencies=[_Readers],
+    responses=problems(404, 422),
+)
 def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
     """One repair with its validation results."""
     store = _store(_services(request))
@@ -209,7 +220,9 @@ def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
     return RepairDetailOut.with_validations(repair, store.list_validations(repair_id))
 
 
-@router.post("/repairs/{repair_id}/approve", response_model=RepairOut)
+@router.post(
+    "/repairs/{repair_id}/approve", response_model=RepairOut, responses=problems(400, 404, 409, 422)
+)
 def approve(
     request: Request, repair_id: RepairPath, principal: Operator, body: ApproveIn | None = None
 ) -> RepairOut:
@@ -223,7 +236,9 @@ def approve(
     return RepairOut.of(repair)
 
 
-@router.post("/repairs/{repair_id}/reject", response_model=RepairOut)
+@router.post(
+    "/repairs/{repair_id}/reject", response_model=RepairOut, responses=problems(400, 404, 409, 422)
+)
 def reject(
     request: Request, repair_id: RepairPath, principal: Operator, body: DecisionIn | None = None
 ) -> RepairOut:
@@ -237,7 +252,9 @@ def reject(
     return RepairOut.of(repair)
 
 
-@router.post("/repairs/{repair_id}/cancel", response_model=RepairOut)
+@router.post(
+    "/repairs/{repair_id}/cancel", response_model=RepairOut, responses=problems(400, 404, 409, 422)
+)
 def cancel(
     request: Request, repair_id: RepairPath, principal: Operator, body: DecisionIn | None = None
 ) -> RepairOut:
@@ -251,7 +268,9 @@ def cancel(
     return RepairOut.of(repair)
 
 
-@router.put("/repairs/{repair_id}/action", response_model=RepairOut)
+@router.put(
+    "/repairs/{repair_id}/action", response_model=RepairOut, responses=problems(400, 404, 409, 422)
+)
 def put_action(
     request: Request, repair_id: RepairPath, body: ActionChangeIn, principal: Operator
 ) -> RepairOut:
@@ -273,7 +292,7 @@ def get_policy(request: Request, cluster: str | None = None) -> RepairPolicyOut:
     return RepairPolicyOut.of(name, _store(services).get_repair_policy(name))
 
 
-@router.put("/policy/repair", response_model=RepairPolicyOut)
+@router.put("/policy/repair", response_model=RepairPolicyOut, responses=problems(400, 422))
 def put_policy_route(
     request: Request, body: RepairPolicyIn, principal: Admin, cluster: ClusterQuery = None
 ) -> RepairPolicyOut:
@@ -292,7 +311,7 @@ def get_breaker(request: Request, cluster: str | None = None) -> BreakerOut:
     return BreakerOut.of(_store(services).get_breaker(_cluster(services, cluster)))
 
 
-@router.post("/breaker/reset", response_model=BreakerOut)
+@router.post("/breaker/reset", response_model=BreakerOut, responses=problems(400, 422))
 def post_breaker_reset(
     request: Request, principal: Operator, body: BreakerResetIn | None = None
 ) -> BreakerOut:

@@ -2,10 +2,11 @@
 
 Thin handlers over the store port; every value is converted to an API schema on the way out.
 Every route needs a viewer's (or operator's, or admin's) token; the advice feed also a
-controller's. The audit trail exports as JSON pages (default) or CSV (``format=csv``: a header
-row, then one row per event, the payload as JSON; the next page's cursor in the
-``X-Next-After-Id`` header). A cell that a spreadsheet would run as a formula (starting with
-``=``, ``+``, ``-``, ``@``, tab or carriage return) is prefixed with ``'``.
+controller's. The audit trail pages oldest first (default) or newest first (``order=desc``), as
+JSON (default) or CSV (``format=csv``: a header row, then one row per event, the payload as JSON;
+the next page's cursor in the ``X-Next-After-Id`` header, newest first ``X-Next-Before-Id``). A
+cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, tab or
+carriage return) is prefixed with ``'``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BeforeValidator
 
 from medic.api.auth import READERS, require
+from medic.api.openapi import problems
 from medic.api.schemas import (
     ActionOut,
     AdviceOut,
@@ -32,7 +36,7 @@ from medic.api.schemas import (
     VerdictOut,
 )
 from medic.control.services import Services
-from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.audit import AuditEvent, AuditKind, AuditOrder, SubjectType
 from medic.domain.auth import Role
 from medic.domain.cluster import Job
 from medic.domain.ids import ClusterName, JobId
@@ -40,10 +44,12 @@ from medic.errors import InputError, NotFoundError
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", responses=problems(401, 403, 503))
 
 MAX_PAGE = 1000
+MAX_ID = 2**63 - 1
 NEXT_HEADER = "X-Next-After-Id"
+NEXT_BEFORE_HEADER = "X-Next-Before-Id"
 CSV_COLUMNS = (
     "id",
     "time",
@@ -60,6 +66,17 @@ CSV_COLUMNS = (
 )
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _Readers = Depends(require(*READERS))
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _iso_time(value: object) -> object:
+    """Only ISO 8601 (``format: date-time``): pydantic would read a number as a Unix time."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        raise ValueError("a time is ISO 8601 (2026-03-04T05:06:07Z), not a number")
+    return value
+
+
+Time = Annotated[datetime | None, BeforeValidator(_iso_time)]
 
 
 def _services(request: Request) -> Services:
@@ -107,7 +124,12 @@ def list_jobs(request: Request, cluster: str | None = None) -> list[JobOut]:
     return [JobOut.of(j, advice.get((j.cluster, j.id))) for j in services.store.list_jobs(name)]
 
 
-@router.get("/jobs/{job_id}/timeline", response_model=TimelineOut, dependencies=[_Readers])
+@router.get(
+    "/jobs/{job_id}/timeline",
+    response_model=TimelineOut,
+    dependencies=[_Readers],
+    responses=problems(404, 422),
+)
 def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> TimelineOut:
     """Everything medic saw and did for one job, oldest first."""
     services = _services(request)
@@ -135,6 +157,7 @@ def list_nodes(request: Request, cluster: str | None = None) -> list[NodeOut]:
     "/advice",
     response_model=list[AdviceOut],
     dependencies=[Depends(require(*READERS, Role.CONTROLLER))],
+    responses=problems(422),
 )
 def list_advice(
     request: Request, active: bool = False, cluster: str | None = None
@@ -149,7 +172,22 @@ def list_advice(
     "/audit",
     response_model=AuditPage,
     dependencies=[_Readers],
-    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+            "headers": {
+                NEXT_HEADER: {
+                    "description": "CSV: the next page's ``after_id`` (``order=asc``)",
+                    "schema": {"type": "integer"},
+                },
+                NEXT_BEFORE_HEADER: {
+                    "description": "CSV: the next page's ``before_id`` (``order=desc``)",
+                    "schema": {"type": "integer"},
+                },
+            },
+        },
+        **problems(422),
+    },
 )
 def query_audit(
     request: Request,
@@ -158,14 +196,19 @@ def query_audit(
     cluster: str | None = None,
     kind: AuditKind | None = None,
     actor: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    after_id: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+    since: Time = None,
+    until: Time = None,
+    after_id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    before_id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    order: AuditOrder = "asc",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     format: Literal["json", "csv"] = "json",
 ) -> AuditPage | Response:
-    """Audit events matching every filter, oldest first; page with ``after_id``. ``node``: the
-    events whose subject is that node (repairs, alerts); ``job``: whose subject is that job."""
+    """Audit events matching every filter, a page at a time: the oldest first (``order=asc``,
+    the default; the next page is ``after_id=next_after_id``) or the newest first
+    (``order=desc``; the next page is ``before_id=next_before_id``). ``after_id`` and
+    ``before_id`` bound the ids in either order. ``node``: the events whose subject is that node
+    (repairs, alerts); ``job``: whose subject is that job."""
     job, node = job or None, node or None
     if job is not None and node is not None:
         raise InputError("node", "filter by job or by node, not both (an event has one subject)")
@@ -180,17 +223,24 @@ def query_audit(
         since=_aware(since),
         until=_aware(until),
         after_id=after_id,
+        before_id=before_id,
+        order=order,
         limit=limit + 1,
     )
-    more = len(events) > limit
     page = events[:limit]
-    next_after_id = page[-1].id if more and page else None
+    cursor = page[-1].id if len(events) > limit and page else None
+    next_after_id = cursor if order == "asc" else None
+    next_before_id = cursor if order == "desc" else None
     if format == "csv":
         headers = {"Content-Disposition": 'attachment; filename="medic-audit.csv"'}
-        if next_after_id is not None:
-            headers[NEXT_HEADER] = str(next_after_id)
+        if cursor is not None:
+            headers[NEXT_HEADER if order == "asc" else NEXT_BEFORE_HEADER] = str(cursor)
         return Response(_csv(page), media_type="text/csv; charset=utf-8", headers=headers)
-    return AuditPage(events=[AuditOut.of(e) for e in page], next_after_id=next_after_id)
+    return AuditPage(
+        events=[AuditOut.of(e) for e in page],
+        next_after_id=next_after_id,
+        next_before_id=next_before_id,
+    )
 
 
 def _cell(value: object) -> str:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from medic.api.jsonschema import only
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.advice import Advice, Reconciliation
 from medic.domain.attempts import Attempt
@@ -283,7 +284,11 @@ class AuditOut(BaseModel):
 class AuditPage(BaseModel):
     events: list[AuditOut]
     next_after_id: int | None
-    """Pass as ``after_id`` to get the next page; None when this page is the last."""
+    """Oldest first (``order=asc``): pass as ``after_id`` to get the next page; None when this
+    page is the last (and always newest first)."""
+    next_before_id: int | None = None
+    """Newest first (``order=desc``): pass as ``before_id`` to get the next (older) page; None
+    when this page is the last (and always oldest first)."""
 
 
 class TimelineOut(BaseModel):
@@ -313,6 +318,8 @@ CONTROLLER_AUDIT_KINDS = frozenset(
     }
 )
 """What a controller may write to the audit trail; the rest is the engine's to say."""
+FINISHED = frozenset(ActionStatus) - {ActionStatus.STARTED}
+"""How a step can end."""
 
 
 class Request(BaseModel):
@@ -341,7 +348,7 @@ class ActionBeginIn(Request):
 class ActionFinishIn(Request):
     """The outcome of a step begun with ``POST /api/v1/actions``."""
 
-    status: ActionStatus
+    status: Annotated[ActionStatus, only(*FINISHED)]
     error: str | None = Field(default=None, max_length=2000)
 
     @field_validator("status")
@@ -366,7 +373,7 @@ class AuditIn(Request):
     """One audit event from a controller; the API stamps the time and prefixes the actor."""
 
     actor: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:@-]+$")]
-    kind: AuditKind
+    kind: Annotated[AuditKind, only(*CONTROLLER_AUDIT_KINDS)]
     subject_type: SubjectType
     subject_id: Annotated[str, Field(min_length=1, max_length=256)]
     cluster: Name | None = None

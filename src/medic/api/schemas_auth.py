@@ -7,16 +7,21 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from medic.api.jsonschema import keys_by_pattern
 from medic.api.schemas import (
     Request,
 )
-from medic.domain.auth import Role, Token
+from medic.domain.auth import TOKEN_NAME_PATTERN, Role, Token
 from medic.domain.cluster import Mode
 from medic.domain.modes import ClusterModes
 
 # --- authentication, console sessions and run-time modes --------------------------------------
-TokenName = Annotated[str, Field(min_length=1, max_length=128)]
-"""Checked by ``medic.domain.auth.check_token_name`` (422 ``invalid_input`` when it fails)."""
+TokenName = Annotated[
+    str, Field(min_length=1, max_length=128, json_schema_extra={"pattern": TOKEN_NAME_PATTERN})
+]
+"""Checked by ``medic.domain.auth.check_token_name`` (422 ``invalid_input`` when it fails), whose
+pattern the schema states; not in it: the reserved names (``medic``, ``user:...``) and that an
+``agent:`` name is a detector's."""
 PartitionName = Annotated[
     str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:@+-]*$")
 ]
@@ -74,7 +79,9 @@ class ModesIn(Request):
     cluster (null: ``scheduler.mode`` from the settings) and the partitions that differ."""
 
     mode: Mode | None = None
-    partitions: dict[PartitionName, Mode] = Field(default_factory=dict, max_length=256)
+    partitions: dict[PartitionName, Mode] = Field(
+        default_factory=dict, max_length=256, json_schema_extra=keys_by_pattern
+    )
 
 
 class ModesOut(BaseModel):

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from medic.api.jsonschema import keys_by_pattern, only
 from medic.api.schemas import (
     MAX_PAYLOAD_BYTES,
     Name,
@@ -27,6 +28,8 @@ from medic.domain.repairs import (
     ValidationResult,
     WaitMode,
 )
+from medic.policy.waiting import MAX_WAIT_CAP_SECONDS
+from medic.policy.xid_classes import XID_CLASSES
 
 # --- node health alerts (agent and detectors) -------------------------------------------------
 AlertKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-z0-9_.:-]+$")]
@@ -128,6 +131,11 @@ ActorName = Annotated[str, Field(min_length=1, max_length=140, pattern=r"^[\w.:@
 ActorKind = Literal["user", "detector"]
 Note = Annotated[str, Field(min_length=1, max_length=1000)]
 CheckName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")]
+OverrideKey = Annotated[str, Field(pattern=r"^[a-z0-9_.:*-]{1,128}$")]
+"""An alert key or family (``xid:*``) with a persistence of its own."""
+AUTO_ACTIONS = frozenset(RepairAction) - {RepairAction.REMOVE}
+"""What a policy may approve automatically: removal for RMA never is."""
+_DAY = 86_400.0
 
 
 class ActorIn(Request):
@@ -258,21 +266,29 @@ class RepairDetailOut(RepairOut):
 
 class RepairPolicyIn(ActorIn):
     """A cluster's whole repair policy (a field left out takes its default). Ranges, known
-    actions and Xid codes are checked by ``medic.control.repair_decisions.check_policy``."""
+    actions and Xid codes are checked by ``medic.control.repair_policy.check_policy``; the
+    fields state the same bounds for the OpenAPI document (``tests/api/test_request_schemas.py``
+    holds the two together)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    auto_actions: list[RepairAction] = Field(default_factory=list, max_length=16)
-    auto_xids: list[int] = Field(default_factory=list, max_length=256)
+    auto_actions: list[Annotated[RepairAction, only(*AUTO_ACTIONS)]] = Field(
+        default_factory=list, max_length=16
+    )
+    auto_xids: list[Annotated[int, only(*XID_CLASSES)]] = Field(
+        default_factory=list, max_length=256
+    )
     wait_mode: WaitMode = WaitMode.IDLE
-    max_wait_seconds: float = 7200.0
-    cooldown_seconds: float = 1800.0
-    persistence_seconds: float = 0.0
-    persistence_overrides: dict[str, float] = Field(default_factory=dict, max_length=256)
-    max_concurrent_fraction: float = 0.05
-    breaker_fraction: float = 0.10
-    breaker_window_seconds: float = 600.0
-    detector_cap_per_hour: int = 50
+    max_wait_seconds: float = Field(default=7200.0, ge=0, le=MAX_WAIT_CAP_SECONDS)
+    cooldown_seconds: float = Field(default=1800.0, ge=0, le=30 * _DAY)
+    persistence_seconds: float = Field(default=0.0, ge=0, le=7 * _DAY)
+    persistence_overrides: dict[OverrideKey, Annotated[float, Field(ge=0, le=7 * _DAY)]] = Field(
+        default_factory=dict, max_length=256, json_schema_extra=keys_by_pattern
+    )
+    max_concurrent_fraction: float = Field(default=0.05, gt=0, le=1)
+    breaker_fraction: float = Field(default=0.10, gt=0, le=1)
+    breaker_window_seconds: float = Field(default=600.0, gt=0, le=7 * _DAY)
+    detector_cap_per_hour: int = Field(default=50, ge=0, le=10_000)
     validate_after: list[RepairAction] = Field(
         default_factory=lambda: [RepairAction.MIGRATE], max_length=16
     )

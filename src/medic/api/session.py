@@ -28,6 +28,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from medic.api.auth import CSRF_HEADER, SESSION_COOKIE, require, token_store
+from medic.api.openapi import problems
 from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
 from medic.api.schemas_auth import (
     SessionIn,
@@ -65,7 +66,7 @@ def _event(kind: AuditKind, principal: Principal, session: Session, now: datetim
     )
 
 
-@router.post("/session", response_model=SessionOut)
+@router.post("/session", response_model=SessionOut, responses=problems(400, 401, 403, 422, 503))
 def sign_in(request: Request, response: Response, body: SessionIn) -> SessionOut:
     """Open a console session with an API token (a viewer's, operator's or admin's)."""
     services = _services(request)
@@ -112,7 +113,7 @@ def sign_in(request: Request, response: Response, body: SessionIn) -> SessionOut
     return SessionOut(name=token.name, role=token.role.value, csrf_token=session.csrf_token)
 
 
-@router.get("/session", response_model=SessionOut)
+@router.get("/session", response_model=SessionOut, responses=problems(401, 503))
 def who_am_i(response: Response, principal: Annotated[Principal, Depends(require())]) -> SessionOut:
     """The signed-in principal; ``csrf_token`` is the session's (None for a bearer token)."""
     response.headers["Cache-Control"] = "no-store"
@@ -120,7 +121,7 @@ def who_am_i(response: Response, principal: Annotated[Principal, Depends(require
     return SessionOut(name=principal.name, role=principal.role.value, csrf_token=csrf)
 
 
-@router.delete("/session", status_code=204)
+@router.delete("/session", status_code=204, responses=problems(403, 503))
 def sign_out(request: Request) -> Response:
     """End the console session (if any) and clear its cookie."""
     services = _services(request)

@@ -12,7 +12,7 @@
   changed meanwhile (a power cycle never hits a host that came back); an execution nobody
   finishes within the rejoin timeout fails;
 - **-> rejoining -> validating -> done / failed**: the return to service,
-  :class:`medic.control.validation.ReturnToService`.
+  :class:`medic.control.return_to_service.ReturnToService`.
 
 Every state change is a compare-and-set (``transition_repair``): when another engine moved the
 repair first, this one leaves it alone. Each change is audited (``repair-transition``) and each
@@ -29,14 +29,9 @@ from typing import Any
 from medic.config.settings import RepairSettings
 from medic.control.evacuate import Evacuation
 from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
+from medic.control.return_to_service import OUT_OF_SERVICE, ReturnToService, foreign
 from medic.control.steps import Steps
-from medic.control.validation import (
-    OUT_OF_SERVICE,
-    VALIDATION_ALERT,
-    ReturnToService,
-    Validator,
-    foreign,
-)
+from medic.control.validation import VALIDATION_ALERT, Validator
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, NodeState
 from medic.domain.ids import JobId, NodeName

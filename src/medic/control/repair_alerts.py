@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from medic.control import intake, repair_decisions
+from medic.control import intake
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, Node, NodeState, is_medic_reason
 from medic.domain.diagnosis import Detection, Role, Severity
@@ -296,7 +296,7 @@ def submit_drain_requests(
         try:
             request = parse(node, cluster)
         except InputError as exc:
-            repair_decisions.record_invalid_request(store, cluster, node.name, exc, view.now)
+            intake.record_invalid_request(store, cluster, node.name, exc, view.now)
             continue
         if request is None:
             continue

@@ -12,12 +12,9 @@ triggered: any pass can be rerun, and several engines can share one store. Each 
    not). With a drain-request parser (Slurm), ``medic-request:`` drain reasons go to
    :func:`medic.control.intake.submit_repair`;
 2. **auto-resolve**: a recommendation nobody acted on is cancelled once its alerts cleared;
-3. **recommend** (:func:`~medic.policy.repair.recommend`) for each node with a firing alert and no
-   open repair, oldest alert first, at most ``repair.max_recommendations_per_pass`` (request id
-   ``medic:<node>:<n>``, so two engines create one repair); a skip is audited when its rule
-   changes. After each automatic approval the breaker
-   is evaluated (automatic repairs since its last reset) and tripped: automatic approval pauses
-   until a person resets it (:func:`medic.control.repair_decisions.reset_breaker`);
+3. **recommend** (:func:`~medic.policy.recommend.recommend`) for each node with a firing alert and
+   no open repair, oldest alert first, then trip the breaker when due. Steps 2 and 3 are the
+   :class:`~medic.control.recommender.Recommender`'s (its docstring has the details);
 4. **lifecycle** (:class:`~medic.control.lifecycle.Lifecycle`) of every approved repair;
 5. **node health** and the nodes job recovery must avoid (:meth:`placement_exclusions`).
 """
@@ -27,80 +24,50 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from medic.config.settings import RepairSettings
+from medic.control.intake_common import node_pools
 from medic.control.lifecycle import Lifecycle, PassView
+from medic.control.recommender import Recommender
 from medic.control.repair_alerts import (
     AlertSources,
     DrainRequests,
     NullRepairMetrics,
     RepairMetrics,
     RepairStores,
-    repair_event,
     submit_drain_requests,
 )
 from medic.control.validation import (
-    VALIDATION_ALERT,
     CheckRunner,
     Validator,
     parse_validation_commands,
     validation_failed_nodes,
 )
 from medic.detect.signatures import Signature
-from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, Node
-from medic.domain.diagnosis import Detection, Role
+from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
     TERMINAL_STATES,
     Alert,
     AlertState,
-    Breaker,
     NodeHealth,
     Repair,
     RepairAction,
     RepairState,
 )
-from medic.errors import ConflictError
-from medic.policy.guards import (
-    AUTO_APPROVER,
-    RULE_ALERT_CLEARED,
-    breaker_should_trip,
-    has_evidence,
-    in_cooldown,
-    should_auto_resolve,
-)
-from medic.policy.ladder import RULE_MIGRATION_GATE
-from medic.policy.repair import (
-    MEDIC_REQUESTER,
-    Recommendation,
-    Skip,
-    critical_alert_nodes,
-    job_placement_exclusions,
-    node_health,
-    recommend,
-)
+from medic.policy.waiting import critical_alert_nodes, job_placement_exclusions, node_health
 from medic.ports import Clock, NodeProvider, Scheduler
 
-__all__ = [
-    "VALIDATION_ALERT",
-    "NullRepairMetrics",
-    "RepairEngine",
-    "RepairMetrics",
-    "RepairPassReport",
-]
+__all__ = ["RepairEngine", "RepairPassReport"]
 
 logger = logging.getLogger(__name__)
 
 HISTORY = timedelta(days=10)
 """Repairs and alerts read each pass: escalation looks back 7 days, migration evidence 10."""
 _OPEN = frozenset(RepairState) - TERMINAL_STATES
-_BUSY = frozenset({RepairState.EXECUTING, RepairState.REJOINING, RepairState.VALIDATING})
-_NOT_STARTED = frozenset({RepairState.PENDING_APPROVAL, RepairState.APPROVED})
-_IGNORED_ROLES = frozenset({Role.PROGRESS, Role.NOISE})
 _CLOCK_SKEW = timedelta(minutes=1)
 """Margin for repairs another replica (with its own clock) created around our last read."""
 
@@ -151,11 +118,17 @@ class RepairEngine:
             validator=validator,
             metrics=self._metrics,
         )
-        self._executable = frozenset(a for a in RepairAction if provider.can(a))
-        """What this cluster can carry out: the lightest of those is recommended."""
         node_actions = {str(s.id): s.node_action.value for s in signatures if s.node_action}
         self._alerts = AlertSources(store, self._cluster, self._metrics, node_actions)
-        self._skips: dict[NodeName, str] = {}
+        self._recommender = Recommender(
+            store=store,
+            cluster=self._cluster,
+            settings=settings,
+            metrics=self._metrics,
+            lifecycle=self.lifecycle,
+            alerts=self._alerts,
+            executable=frozenset(a for a in RepairAction if provider.can(a)),
+        )
         self._finished: dict[int, Repair] = {}
         self._open_ids: set[int] = set()
         self._read_until: datetime | None = None
@@ -195,15 +168,15 @@ class RepairEngine:
             firing=firing,
             open_repairs=sorted(open_repairs, key=lambda r: r.id),
             cluster_nodes=len(nodes),
-            pools={n.name: n.partitions[0] for n in nodes if n.partitions},
+            pools=node_pools(nodes),
             exclusions=self._exclusions,
             validation_failed=validation_failed_nodes(repairs.values()),
         )
         if self._drain_requests is not None:
             submit_drain_requests(self._store, self._drain_requests, self._cluster, nodes, view)
             view.open_repairs = self._open()
-        cancelled = self._auto_resolve(view)
-        created = self._recommend(view, repairs)
+        cancelled = self._recommender.auto_resolve(view)
+        created = self._recommender.recommend(view, repairs)
         for repair in list(view.open_repairs):
             if repair.state is not RepairState.PENDING_APPROVAL:
                 try:
@@ -242,157 +215,6 @@ class RepairEngine:
         found = self._store.list_repairs(cluster=self._cluster, states=_OPEN)
         return sorted(found, key=lambda r: r.id)
 
-    # ------------------------------------------------------------------ recommendations
-    def _past(self, node: NodeName) -> list[Alert]:
-        """The node's alerts that fired before and resolved (read only when needed)."""
-        found = self._store.list_alerts(cluster=self._cluster, node=node)
-        return [a for a in found if a.state is AlertState.RESOLVED]
-
-    def _auto_resolve(self, view: PassView) -> int:
-        cancelled = 0
-        for repair in list(view.open_repairs):
-            firing = view.firing.get(repair.node, [])
-            if repair.state not in _NOT_STARTED or set(repair.alert_keys) & {a.key for a in firing}:
-                continue  # started, or still firing: nothing to resolve
-            check = should_auto_resolve(repair, [*firing, *self._past(repair.node)])
-            if check and self.lifecycle.move(
-                repair, RepairState.CANCELLED, view, RULE_ALERT_CLEARED, check.reason
-            ):
-                cancelled += 1
-        return cancelled
-
-    def _recommend(self, view: PassView, repairs: dict[int, Repair]) -> int:
-        history: dict[NodeName, list[Repair]] = defaultdict(list)
-        for r in repairs.values():
-            history[r.node].append(r)
-        busy = {r.node for r in view.open_repairs}
-        breaker = self._store.get_breaker(self._cluster)
-        created = 0
-
-        def oldest(node: NodeName) -> str:
-            seen = [a.first_seen.isoformat() for a in view.firing[node] if a.first_seen]
-            return min(seen, default="~") + node
-
-        for node in sorted((n for n in view.firing if n not in busy), key=oldest):
-            if created >= self._settings.max_recommendations_per_pass:
-                break  # the rest next pass, oldest alert first: a storm never stalls the loop
-            answer = self._answer(view, node, history[node], breaker, ())
-            if isinstance(answer, Recommendation) and _gated(answer):
-                # migration refused on the firing alerts alone: the last 10 days count too
-                answer = self._answer(view, node, history[node], breaker, self._past(node))
-            if isinstance(answer, Skip):
-                self._skipped(node, answer, view.now)
-                continue
-            repair = self._create(answer, view)
-            if repair is None:
-                continue
-            created += 1
-            repairs[repair.id] = repair
-            view.open_repairs.append(repair)
-            if repair.approved_by == AUTO_APPROVER:
-                breaker = self._trip_if_due(breaker, repairs.values(), view)
-        # detectors' requests are automatic repairs too, and arrive through the intake
-        self._trip_if_due(breaker, repairs.values(), view)
-        return created
-
-    def _answer(
-        self,
-        view: PassView,
-        node: NodeName,
-        history: Sequence[Repair],
-        breaker: Breaker,
-        past: Sequence[Alert],
-    ) -> Recommendation | Skip:
-        return recommend(
-            view.firing[node],
-            node,
-            history,
-            view.policy,
-            breaker,
-            view.cluster_nodes,
-            view.open_repairs,
-            view.pools,
-            view.now,
-            past_alerts=past,
-            executable=self._executable,
-        )
-
-    def _skipped(self, node: NodeName, skip: Skip, now: datetime) -> None:
-        if self._skips.get(node) == skip.rule:
-            return
-        self._skips[node] = skip.rule
-        payload: dict[str, Any] = {"rule": skip.rule, "reason": skip.reason}
-        payload |= {"alert_keys": list(skip.alert_keys), "unmapped": list(skip.unmapped)}
-        payload["retry_at"] = skip.retry_at.isoformat() if skip.retry_at else None
-        self._store.append_audit(
-            repair_event(AuditKind.REPAIR_SKIPPED, now, self._cluster, node, payload)
-        )
-
-    def _create(self, answer: Recommendation, view: PassView) -> Repair | None:
-        node = answer.request.node
-        mine = self._store.list_repairs(cluster=self._cluster, node=node)
-        if any(r.state in _OPEN for r in mine):
-            return None  # another engine (or a person) got there first
-        # Read after the repairs: a repair that finished resolved its alerts before it did.
-        fresh = self._store.list_alerts(cluster=self._cluster, node=node, state=AlertState.FIRING)
-        if not has_evidence(answer.request, fresh) or in_cooldown(
-            node, mine, view.policy, view.now
-        ):
-            return None  # another engine finished a repair here meanwhile
-        seq = 1 + sum(1 for r in mine if r.requested_by == MEDIC_REQUESTER)
-        request = replace(answer.request, request_id=f"{MEDIC_REQUESTER}:{node}:{seq}")
-        repair, created = self._store.create_repair(
-            request,
-            state=answer.state,
-            now=view.now,
-            approved_by=answer.approved_by,
-            rule=answer.rule,
-        )
-        if not created:
-            return None
-        self._skips.pop(node, None)
-        starts = [self._alerts.fired_at.get((node, k)) for k in repair.alert_keys]
-        starts += [a.last_seen for a in view.firing[node] if a.key in repair.alert_keys]
-        earliest = min((t for t in starts if t is not None), default=view.now)
-        latency = max(0.0, (view.now - earliest).total_seconds())
-        self._metrics.recommendation_latency(latency)
-        self._metrics.repair_state(self._cluster, repair.action.value, repair.state.value)
-        payload: dict[str, Any] = {"repair_id": repair.id, "state": repair.state.value}
-        payload |= {"rule": answer.rule, "reason": answer.reason, "approved_by": repair.approved_by}
-        payload |= {"alert_keys": list(repair.alert_keys), "request_id": repair.request_id}
-        payload |= {"trace": [list(t) for t in answer.trace], "unmapped": list(answer.unmapped)}
-        payload |= {"escalated_from": answer.escalated_from, "latency_seconds": latency}
-        event = repair_event(
-            AuditKind.REPAIR_RECOMMENDED,
-            view.now,
-            self._cluster,
-            node,
-            payload,
-            repair.action.value,
-        )
-        self._store.append_audit(event)
-        return repair
-
-    def _trip_if_due(self, breaker: Breaker, repairs: Iterable[Repair], view: PassView) -> Breaker:
-        if breaker.tripped:
-            return breaker
-        since = breaker.reset_at
-        counted = [r for r in repairs if since is None or (r.approved_at or r.created_at) > since]
-        check = breaker_should_trip(counted, view.cluster_nodes, view.policy, view.now)
-        if not check:
-            return breaker
-        tripped = replace(breaker, tripped=True, tripped_at=view.now, reason=check.reason)
-        try:
-            stored = self._store.set_breaker(tripped, expected_tripped=False)
-        except ConflictError:
-            return self._store.get_breaker(self._cluster)
-        auto = sorted(r.id for r in counted if r.approved_by == AUTO_APPROVER)
-        payload = {"rule": check.rule, "reason": check.reason, "auto_repairs": auto}
-        self._store.append_audit(
-            repair_event(AuditKind.BREAKER_TRIPPED, view.now, self._cluster, None, payload)
-        )
-        return stored
-
     # ------------------------------------------------------------------ health
     def _update_health(
         self, firing: dict[NodeName, list[Alert]], repairs: Iterable[Repair]
@@ -409,9 +231,3 @@ class RepairEngine:
         self._health = health
         alerts = [a for alerts in firing.values() for a in alerts]
         self._exclusions = job_placement_exclusions(health, critical_alert_nodes(alerts))
-
-
-def _gated(answer: Recommendation) -> bool:
-    """The migration gate turned a migration into a reprovision."""
-    gate = any(rule == RULE_MIGRATION_GATE for rule, _ in answer.trace)
-    return gate and answer.request.action is not RepairAction.MIGRATE

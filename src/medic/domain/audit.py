@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from medic.domain.cluster import Mode
 
-__all__ = ["AuditEvent", "AuditKind", "SubjectType"]
+__all__ = ["AuditEvent", "AuditKind", "AuditOrder", "SubjectType"]
+
+AuditOrder = Literal["asc", "desc"]
+"""Pages of the audit trail: oldest first (``asc``, by id) or newest first (``desc``)."""
 
 
 class AuditKind(enum.StrEnum):

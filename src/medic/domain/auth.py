@@ -35,6 +35,7 @@ from medic.errors import InputError
 __all__ = [
     "RESERVED_TOKEN_NAMES",
     "SESSION_TTL",
+    "TOKEN_NAME_PATTERN",
     "TOKEN_PREFIX",
     "Principal",
     "Role",
@@ -51,7 +52,9 @@ TOKEN_PREFIX = "medic_"
 SESSION_TTL = timedelta(hours=12)
 """A console session ends this long after sign-in, whatever happens in between."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][\w.@+-]{0,63}(?::[A-Za-z0-9][\w.@+-]{0,62})?$")
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][\w.@+-]{0,63}(?::[A-Za-z0-9][\w.@+-]{0,62})?$"
+"""What :func:`check_token_name` matches (reserved names aside): at most 64, one ``:part``."""
+_NAME = re.compile(TOKEN_NAME_PATTERN)
 RESERVED_TOKEN_NAMES = frozenset(
     {
         "anonymous",

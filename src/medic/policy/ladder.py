@@ -35,6 +35,7 @@ __all__ = [
     "RULE_ESCALATION",
     "RULE_MIGRATION_GATE",
     "Escalation",
+    "apply_migration_gate",
     "escalate",
     "gate_migration",
     "heavier",
@@ -171,3 +172,15 @@ def gate_migration(alerts_on_node: Sequence[Alert], now: datetime) -> Check:
         RULE_MIGRATION_GATE,
         "migrate needs a critical alert firing now or in the last 10 days: reprovision instead",
     )
+
+
+def apply_migration_gate(
+    action: RepairAction, alerts: Sequence[Alert], now: datetime, trace: list[tuple[str, str]]
+) -> tuple[RepairAction, str]:
+    """The action after the migration evidence gate, and a note when it changed (a migrate's
+    gate answer is appended to ``trace``)."""
+    if action is not RepairAction.MIGRATE:
+        return action, ""
+    gate = gate_migration(alerts, now)
+    trace.append((RULE_MIGRATION_GATE, gate.reason))
+    return (action, "") if gate else (RepairAction.REPROVISION, f"; {gate.reason}")

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceRequest, Reconciliation
 from medic.domain.attempts import Attempt, Progress
-from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.audit import AuditEvent, AuditKind, AuditOrder
 from medic.domain.auth import Session, Token
 from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
@@ -185,6 +185,8 @@ class SqlStore:
         since: datetime | None = None,
         until: datetime | None = None,
         after_id: int | None = None,
+        before_id: int | None = None,
+        order: AuditOrder = "asc",
         limit: int = 100,
     ) -> list[AuditEvent]:
         return sql_audit.query_audit(
@@ -198,6 +200,8 @@ class SqlStore:
             since=since,
             until=until,
             after_id=after_id,
+            before_id=before_id,
+            order=order,
             limit=limit,
         )
 

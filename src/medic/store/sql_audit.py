@@ -2,7 +2,8 @@
 
 The audit trail is append-only: this module has an INSERT and SELECTs and nothing else, and the
 migration installs triggers that reject UPDATE and DELETE on ``audit_events`` in the database.
-Pages are read by id (``after_id``), which is stable while new events keep arriving.
+Pages are read by id, oldest first (``after_id``) or newest first (``before_id``), which is
+stable while new events keep arriving.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.audit import AuditEvent, AuditKind, AuditOrder, SubjectType
 from medic.domain.cluster import Mode
 from medic.domain.ids import ClusterName, JobId
 from medic.errors import InputError
@@ -58,10 +59,14 @@ def query_audit(
     since: datetime | None = None,
     until: datetime | None = None,
     after_id: int | None = None,
+    before_id: int | None = None,
+    order: AuditOrder = "asc",
     limit: int = 100,
 ) -> list[AuditEvent]:
     if limit < 1:
         raise InputError("limit", f"must be at least 1, got {limit}")
+    if order not in ("asc", "desc"):
+        raise InputError("order", f"must be asc or desc, got {order!r}")
     c = audit_events.c
     conditions: list[sa.ColumnElement[bool]] = []
     if job_id is not None:
@@ -80,7 +85,11 @@ def query_audit(
         conditions.append(c.time <= until)
     if after_id is not None:
         conditions.append(c.id > after_id)
-    query = sa.select(audit_events).where(*conditions).order_by(c.id).limit(limit)
+    if before_id is not None:
+        conditions.append(c.id < before_id)
+    # The subject, kind, cluster and actor indexes end in ``id``: desc walks them backwards.
+    by_id = c.id.desc() if order == "desc" else c.id.asc()
+    query = sa.select(audit_events).where(*conditions).order_by(by_id).limit(limit)
     rows = db.read(lambda conn: conn.execute(query).all())
     return [_event(row) for row in rows]
 

@@ -289,7 +289,7 @@ class LiveApi:
     """The medic API served by uvicorn on 127.0.0.1 in a background thread."""
 
     def __init__(self, services: Services) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(

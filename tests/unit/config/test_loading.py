@@ -245,7 +245,9 @@ def test_unknown_key_in_file_suggests_and_lists_allowed(tmp_path: Path) -> None:
 def test_unknown_override_suggests_close_match() -> None:
     exc = error_of(env={}, overrides={"api.prot": 1})
     assert exc.setting == "api.prot (from override)"
-    assert exc.message == 'unknown setting; did you mean "api.port"? allowed: api.host, api.port'
+    assert exc.message == (
+        'unknown setting; did you mean "api.port"? allowed: api.host, api.port, api.run_loop'
+    )
 
 
 def test_unknown_override_section() -> None:

@@ -22,9 +22,10 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.policy.approval import approve
 from medic.policy.guards import budget_limit, has_evidence, within_budget
 from medic.policy.ladder import escalate, weight
-from medic.policy.repair import Recommendation, approve, recommend
+from medic.policy.recommend import Recommendation, recommend
 
 T0 = datetime(2026, 1, 8, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

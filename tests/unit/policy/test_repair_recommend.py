@@ -21,8 +21,10 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.policy.admit import admit
+from medic.policy.approval import approve
 from medic.policy.guards import has_evidence
-from medic.policy.repair import Recommendation, Skip, admit, approve, recommend
+from medic.policy.recommend import Recommendation, Skip, recommend
 
 T0 = datetime(2026, 1, 8, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

@@ -1,7 +1,8 @@
 // Audit search: job, node, cluster, kind, actor and time range over GET /api/v1/audit (the API
-// filters; ``node`` matches the events whose subject is that node); the cursor's "More" button;
-// new matching events are appended as they are written; a CSV export link (``format=csv``, up to
-// 1000 events from the start of the search).
+// filters; ``node`` matches the events whose subject is that node), newest first: the first page
+// is the newest events (``order=desc``), the "Older events" button pages back (``before_id``), and
+// new matching events are added on top as they are written (``order=asc`` after the newest one
+// shown). A CSV export link (``format=csv``, the newest 1000 matching events).
 
 import { get } from "../api.js";
 import { hashLink, html, join, label, redraw, say, when } from "../util.js";
@@ -20,6 +21,7 @@ const KINDS = [
 const FIELDS = ["job", "node", "cluster", "kind", "actor", "since", "until"];
 const PAGE = 100;
 const FOLLOW_MS = 3000;
+const FOLLOW_PAGES = 5; // more new events than that at once: start over from the newest
 
 // <input type="datetime-local"> gives a local time without an offset; the API wants UTC.
 function toIso(local) {
@@ -64,7 +66,6 @@ function eventRow(event) {
 }
 
 export function audit(main, { params }) {
-  const since = params.since || new Date(Date.now() - 24 * 3600 * 1000).toISOString();
   redraw(
     main,
     html`<h1 tabindex="-1">Audit</h1>
@@ -76,20 +77,22 @@ export function audit(main, { params }) {
       <datalist id="audit-kinds">${join(KINDS.map((k) => html`<option value="${k}"></option>`))}</datalist>
       <label>Actor <input name="actor" value="${params.actor || ""}" autocomplete="off"
         placeholder="user:alice"></label>
-      <label>From (local time) <input name="since" type="datetime-local" value="${toLocalInput(since)}"></label>
+      <label>From (local time) <input name="since" type="datetime-local" value="${toLocalInput(params.since)}"></label>
       <label>To (local time) <input name="until" type="datetime-local" value="${toLocalInput(params.until)}"></label>
       <button type="submit" id="audit-search">Search</button>
       <label><input type="checkbox" name="follow" checked> add new events as they happen</label>
     </form>
-    <p><a id="audit-csv" href="/api/v1/audit?format=csv" download>Export these results as CSV</a></p>
+    <p><a id="audit-csv" href="/api/v1/audit?format=csv&amp;order=desc" download>Export these results as CSV</a></p>
     <div id="audit-results" aria-live="off"></div>
-    <p><button type="button" id="audit-more" hidden>More</button></p>`,
+    <p><button type="button" id="audit-older" hidden>Older events</button></p>`,
   );
   const form = main.querySelector("#audit-form");
   const results = main.querySelector("#audit-results");
-  const more = main.querySelector("#audit-more");
+  const older = main.querySelector("#audit-older");
   const csv = main.querySelector("#audit-csv");
-  const state = { query: null, cursor: null, lastId: null, rows: [], timer: null };
+  // rows: newest first; cursor: the next (older) page's ``before_id``, null once the oldest
+  // matching event is shown; newestId: the id new events must come after.
+  const state = { query: null, cursor: null, newestId: null, rows: [], timer: null, seq: 0 };
 
   function query() {
     const f = form.elements;
@@ -105,14 +108,14 @@ export function audit(main, { params }) {
   }
 
   function draw() {
-    more.hidden = state.cursor === null;
+    older.hidden = state.cursor === null;
     if (!state.rows.length) {
       redraw(results, html`<p class="muted" id="audit-count">No event matches.</p>`);
       return;
     }
     redraw(
       results,
-      html`<p id="audit-count">${state.rows.length} events${state.cursor !== null ? " so far" : ""}, oldest first.</p>
+      html`<p id="audit-count">${state.rows.length} events${state.cursor !== null ? " so far" : ""}, newest first.</p>
       <div class="scroll"><table class="list audit" id="audit-table"><thead><tr><th scope="col">Id</th>
         <th scope="col">Time (UTC)</th><th scope="col">Actor</th><th scope="col">Kind</th>
         <th scope="col">Subject</th><th scope="col">Cluster</th><th scope="col">Action</th>
@@ -121,44 +124,73 @@ export function audit(main, { params }) {
     );
   }
 
-  async function fetchPage(after) {
-    const page = await get("audit", { ...state.query, limit: PAGE, after_id: after });
-    const events = page.events;
-    if (events.length) state.lastId = events[events.length - 1].id;
-    state.rows.push(...events);
-    return page.next_after_id ?? null;
+  // One page back in time (``before`` undefined: the newest page), then on screen.
+  function olderPage(before) {
+    return get("audit", { ...state.query, order: "desc", limit: PAGE, before_id: before });
+  }
+
+  function addOlder(page) {
+    state.rows.push(...page.events);
+    if (state.newestId === null && page.events.length) state.newestId = page.events[0].id;
+    state.cursor = page.next_before_id ?? null;
+  }
+
+  // The events written after the newest one on screen, oldest first; null: too many to add.
+  async function newerEvents() {
+    const found = [];
+    let after = state.newestId ?? undefined;
+    for (let n = 0; n < FOLLOW_PAGES; n += 1) {
+      const page = await get("audit", { ...state.query, order: "asc", limit: PAGE, after_id: after });
+      found.push(...page.events);
+      if (page.next_after_id === null || page.next_after_id === undefined) return found;
+      after = page.next_after_id;
+    }
+    return null;
   }
 
   async function search() {
     clearTimeout(state.timer);
+    const seq = (state.seq += 1);
     state.query = query();
     state.cursor = null;
-    state.lastId = null;
+    state.newestId = null;
     state.rows = [];
     const shown = Object.fromEntries(
       Object.entries(state.query).filter(([, v]) => v !== undefined),
     );
     history.replaceState(null, "", hashLink("audit", shown));
-    csv.href = `/api/v1/audit?${new URLSearchParams({ ...shown, limit: 1000, format: "csv" })}`;
+    csv.href = `/api/v1/audit?${new URLSearchParams({ ...shown, order: "desc", limit: 1000, format: "csv" })}`;
     try {
-      state.cursor = await fetchPage(undefined);
+      const page = await olderPage(undefined);
+      if (seq !== state.seq) return;
+      addOlder(page);
       draw();
     } catch (error) {
+      if (seq !== state.seq) return;
       redraw(results, html`<p class="error-text">Search failed: ${error.message}</p>`);
     }
     follow();
   }
 
-  // Once the last page is on screen, ask every few seconds for events after the last one.
+  // Every few seconds, ask for the events written after the newest one on screen.
   function follow() {
     clearTimeout(state.timer);
     state.timer = setTimeout(async () => {
       if (!results.isConnected) return;
-      if (form.elements.follow.checked && state.cursor === null && !document.hidden) {
-        const before = state.rows.length;
+      if (form.elements.follow.checked && !document.hidden) {
+        const seq = state.seq;
         try {
-          state.cursor = await fetchPage(state.lastId ?? undefined);
-          if (state.rows.length !== before || state.cursor !== null) draw();
+          const found = await newerEvents();
+          if (seq !== state.seq) return; // a new search started meanwhile
+          if (found === null) {
+            search();
+            return;
+          }
+          if (found.length) {
+            state.rows.unshift(...found.reverse());
+            state.newestId = state.rows[0].id;
+            draw();
+          }
         } catch (error) {
           if (error.status !== 401) say(`Audit refresh failed: ${error.message}`, "error");
         }
@@ -171,16 +203,19 @@ export function audit(main, { params }) {
     event.preventDefault();
     search();
   });
-  more.addEventListener("click", async () => {
-    more.disabled = true;
+  older.addEventListener("click", async () => {
+    older.disabled = true;
+    const seq = state.seq;
     try {
-      state.cursor = await fetchPage(state.cursor);
+      const page = await olderPage(state.cursor);
+      if (seq !== state.seq) return;
+      addOlder(page);
       draw();
     } catch (error) {
-      say(`Could not load more: ${error.message}`, "error");
+      say(`Could not load older events: ${error.message}`, "error");
     } finally {
-      more.disabled = false;
-      more.focus();
+      older.disabled = false;
+      if (!older.hidden) older.focus();
     }
   });
   for (const name of FIELDS) form.elements[name].setAttribute("aria-describedby", "audit-count");

@@ -1,5 +1,5 @@
-"""Node-repair decisions: approval, and the one entry point that turns a node's alerts into a
-recommendation (or a reasoned skip).
+"""medic's own repair recommendation for a node: its alerts -> a recommendation (or a reasoned
+skip), and the two answers every repair decision gives (:class:`Recommendation`, :class:`Skip`).
 
 :func:`recommend` chains, first stop wins, each step with a stable rule id:
 
@@ -14,18 +14,15 @@ recommendation (or a reasoned skip).
    persistent mapped alert becomes evidence of the request.
 7. ``migration-gate``: a migrate without critical evidence becomes a reprovision; ``executor``: a
    GPU reset the cluster cannot carry out (no hook) becomes a reboot.
-8. approval (:func:`approve`): ``approval-required``, ``auto:action:<a>``, ``auto:xid:<code>`` or,
-   when the breaker is tripped, ``breaker-tripped`` (pending: people still approve).
+8. approval (:func:`.approval.approve`): ``approval-required``, ``auto:action:<a>``,
+   ``auto:xid:<code>`` or, when the breaker is tripped, ``breaker-tripped`` (pending: people
+   still approve).
 9. ``budget``: an automatically approved repair that does not fit the concurrency budget is not
    created now (Skip); it is reconsidered next pass. A pending one is created: the budget is
    checked again when an approved repair is about to start (:func:`.guards.within_budget`).
 
-:func:`admit` is the path of a detector's or a person's own request: evidence gate, detector cap,
-open repair, migration gate, approval. Detectors skip the approval queue (``detector-request``,
-approved by ``auto``, never as a person). :func:`approve` answers ``user-request`` for a person's
-request, and the intake (``medic.control.intake``) then has it wait for another person's approval
-unless the policy would approve the same repair automatically. Removal is never automatic
-(``remove-human-only``).
+A detector's or a person's own request takes :func:`medic.policy.admit.admit` instead, which
+answers with the same two types and shares the open-repair check (:func:`open_repair`).
 
 Pure: no I/O, no clock reads (``now`` is an argument).
 """
@@ -48,81 +45,38 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.policy.approval import approval_text, approve
 from medic.policy.guards import (
-    AUTO_APPROVER,
     RULE_BUDGET,
     RULE_COOLDOWN,
-    RULE_DETECTOR_CAP,
-    RULE_EVIDENCE,
     RULE_PERSISTENCE,
-    detector_cap_reached,
-    has_evidence,
     in_cooldown,
     is_persistent,
     within_budget,
 )
-from medic.policy.ladder import (
-    RULE_ESCALATION,
-    RULE_MIGRATION_GATE,
-    escalate,
-    gate_migration,
-    weight,
-)
+from medic.policy.ladder import RULE_ESCALATION, apply_migration_gate, escalate, weight
 from medic.policy.lightest import alert_xid, effective_action
-from medic.policy.waiting import (
-    WaitDecision,
-    critical_alert_nodes,
-    deadline,
-    job_placement_exclusions,
-    node_health,
-    wait_decision,
-)
+from medic.policy.waiting import deadline
 
 __all__ = [
     "MEDIC_REQUESTER",
-    "RULE_APPROVAL_REQUIRED",
-    "RULE_BREAKER_TRIPPED",
-    "RULE_DETECTOR_REQUEST",
     "RULE_EXECUTOR",
     "RULE_NO_ALERT",
     "RULE_OPEN_REPAIR",
-    "RULE_REMOVE_HUMAN_ONLY",
     "RULE_UNMAPPED",
-    "RULE_USER_REQUEST",
     "Recommendation",
     "Skip",
-    "WaitDecision",
-    "admit",
-    "approval_text",
-    "approve",
-    "critical_alert_nodes",
-    "deadline",
-    "job_placement_exclusions",
-    "node_health",
+    "open_repair",
     "recommend",
-    "wait_decision",
 ]
 
 MEDIC_REQUESTER = "medic"
-RULE_APPROVAL_REQUIRED = "approval-required"
-RULE_BREAKER_TRIPPED = "breaker-tripped"
-RULE_DETECTOR_REQUEST = "detector-request"
-RULE_USER_REQUEST = "user-request"
-RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
+"""Who requests medic's own recommendations (a name no person or detector may use)."""
 RULE_NO_ALERT = "no-alert"
 RULE_OPEN_REPAIR = "open-repair"
 RULE_UNMAPPED = "unmapped"
 RULE_EXECUTOR = "executor"
 """The mapped action has no executor here: the lightest one that has (reset -> reboot)."""
-
-_APPROVAL_TEXT = {
-    RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
-    RULE_BREAKER_TRIPPED: "the circuit breaker is tripped: automatic repair is paused, a person "
-    "must approve",
-    RULE_DETECTOR_REQUEST: "a detector's request skips the approval queue",
-    RULE_USER_REQUEST: "requested by a person",
-    RULE_REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,41 +113,6 @@ class Skip:
     trace: tuple[tuple[str, str], ...] = field(default=())
 
 
-def approve(
-    request: RepairRequest,
-    policy: RepairPolicy,
-    *,
-    escalated_from: RepairAction | None = None,
-    breaker: Breaker | None = None,
-) -> tuple[RepairState, str | None, str]:
-    """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
-
-    A person's request answers ``user-request`` (the intake decides whether it waits for another
-    person, see the module docstring); removal otherwise always waits for one. A
-    detector's request skips the queue (approved by ``auto``, never as a person). medic's own
-    recommendation waits (``approval-required``) unless its action class is in
-    ``policy.auto_actions`` (``auto:action:<a>``) or its Xid is in ``policy.auto_xids``
-    (``auto:xid:<code>``, for the mapped action only: an escalated action needs its class). With a
-    tripped ``breaker`` nothing is approved automatically (``breaker-tripped``).
-    """
-    pending = RepairState.PENDING_APPROVAL
-    if request.requester_kind is RequesterKind.USER:
-        return RepairState.APPROVED, request.requested_by, RULE_USER_REQUEST
-    if request.action.human_only:
-        return pending, None, RULE_REMOVE_HUMAN_ONLY
-    if request.requester_kind is RequesterKind.DETECTOR:
-        rule = RULE_DETECTOR_REQUEST
-    elif request.action in policy.auto_actions:
-        rule = f"auto:action:{request.action}"
-    elif escalated_from is None and request.xid is not None and request.xid in policy.auto_xids:
-        rule = f"auto:xid:{request.xid}"
-    else:
-        return pending, None, RULE_APPROVAL_REQUIRED
-    if breaker is not None and breaker.tripped:
-        return pending, None, RULE_BREAKER_TRIPPED
-    return RepairState.APPROVED, AUTO_APPROVER, rule
-
-
 def _executable(
     action: RepairAction,
     executable: frozenset[RepairAction] | None,
@@ -213,14 +132,8 @@ def _executable(
     return action, note
 
 
-def approval_text(rule: str) -> str:
-    """A readable sentence for an approval rule id."""
-    if rule.startswith("auto:"):
-        return f"approved automatically by policy rule {rule}"
-    return _APPROVAL_TEXT.get(rule, rule)
-
-
-def _open_repair(repairs: Iterable[Repair], cluster: ClusterName, node: NodeName) -> Skip | None:
+def open_repair(repairs: Iterable[Repair], cluster: ClusterName, node: NodeName) -> Skip | None:
+    """An ``open-repair`` skip when ``node`` already has an unfinished repair among ``repairs``."""
     for r in repairs:
         if r.cluster == cluster and r.node == node and not r.state.is_terminal:
             reason = f"repair {r.id} ({r.action}, {r.state}) is open on {node}"
@@ -268,17 +181,6 @@ def _persistent(
     return held, None, reason
 
 
-def _migration(
-    action: RepairAction, alerts: Sequence[Alert], now: datetime, trace: list[tuple[str, str]]
-) -> tuple[RepairAction, str]:
-    """The action after the migration evidence gate, and a note when it changed."""
-    if action is not RepairAction.MIGRATE:
-        return action, ""
-    gate = gate_migration(alerts, now)
-    trace.append((RULE_MIGRATION_GATE, gate.reason))
-    return (action, "") if gate else (RepairAction.REPROVISION, f"; {gate.reason}")
-
-
 def recommend(
     alerts_firing_on_node: Sequence[Alert],
     node: NodeName,
@@ -310,7 +212,7 @@ def recommend(
         return Skip(RULE_NO_ALERT, f"no alert firing on {node}")
     keys = tuple(a.key for a in firing)
     unmapped = tuple(a.key for a in firing if effective_action(a) is None)
-    blocked = _open_repair([*history, *active_repairs], cluster, node)
+    blocked = open_repair([*history, *active_repairs], cluster, node)
     if blocked is not None:
         return replace(blocked, alert_keys=keys, unmapped=unmapped)
     held, skip, persistence = _persistent(firing, policy, now)
@@ -329,7 +231,7 @@ def recommend(
     chosen = _pick(candidates)
     if chosen.escalated_from is not None:
         trace.append((RULE_ESCALATION, chosen.why))
-    action, note = _migration(chosen.action, [*firing, *past_alerts], now, trace)
+    action, note = apply_migration_gate(chosen.action, [*firing, *past_alerts], now, trace)
     action, note = _executable(action, executable, trace, note)
     # the gate can bring a climb back to where it started: then it did not escalate
     escalated_from = chosen.escalated_from if chosen.escalated_from is not action else None
@@ -372,53 +274,4 @@ def recommend(
         wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
         trace=tuple(trace),
         unmapped=unmapped,
-    )
-
-
-def admit(
-    request: RepairRequest,
-    firing_alerts: Sequence[Alert],
-    open_repairs: Sequence[Repair],
-    recent_repairs: Sequence[Repair],
-    policy: RepairPolicy,
-    breaker: Breaker,
-    now: datetime,
-    *,
-    past_alerts: Sequence[Alert] = (),
-) -> Recommendation | Skip:
-    """A detector's or a person's own request: admitted (with its approval) or refused, and why.
-
-    ``firing_alerts``: the node's alerts (a detector's own alert recorded first);
-    ``open_repairs``: the cluster's unfinished repairs; ``recent_repairs``: the cluster's repairs
-    of the last hour at least (detector cap); ``past_alerts``: the node's resolved alerts. The
-    concurrency budget applies when the repair is about to start; the caller refuses a request
-    answered with a :class:`Skip`.
-    """
-    keys = request.alert_keys
-    evidence = has_evidence(request, firing_alerts)
-    trace: list[tuple[str, str]] = [(RULE_EVIDENCE, evidence.reason)]
-    if not evidence:
-        return Skip(RULE_EVIDENCE, evidence.reason, alert_keys=keys, trace=tuple(trace))
-    if request.requester_kind is RequesterKind.DETECTOR:
-        cap = detector_cap_reached(recent_repairs, policy, now)
-        if cap:
-            return Skip(RULE_DETECTOR_CAP, cap.reason, alert_keys=keys, trace=tuple(trace))
-    blocked = _open_repair(open_repairs, request.cluster, request.node)
-    if blocked is not None:
-        return replace(blocked, alert_keys=keys, trace=tuple(trace))
-    on_node = [a for a in [*firing_alerts, *past_alerts] if a.node == request.node]
-    action, note = _migration(request.action, on_node, now, trace)
-    if action is not request.action:
-        request = replace(request, action=action, reason=f"{request.reason}{note}")
-    state, approved_by, rule = approve(request, policy, breaker=breaker)
-    trace.append((rule, approval_text(rule)))
-    reason = f"{request.action} on {request.node} for {request.requested_by}: {request.reason}"
-    return Recommendation(
-        request=request,
-        state=state,
-        approved_by=approved_by,
-        rule=rule,
-        reason=f"{reason}; {approval_text(rule)}",
-        wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
-        trace=tuple(trace),
     )

@@ -1,0 +1,98 @@
+"""Who approves a new repair: the approval rules every repair decision ends with.
+
+:func:`approve` answers, for a new request, whether it waits for a person and under which rule id;
+both :func:`medic.policy.recommend.recommend` (medic's own recommendation) and
+:func:`medic.policy.admit.admit` (a detector's or a person's request) end with it, and
+:func:`approval_text` turns the rule id into the sentence the audit trail shows.
+
+- medic's own recommendation waits (``approval-required``) unless the policy approves its action
+  class (``auto:action:<a>``) or its Xid (``auto:xid:<code>``) automatically;
+- a detector's request skips the approval queue (``detector-request``, approved by ``auto``,
+  never as a person);
+- a person's request answers ``user-request``: the intake (``medic.control.admission``) then has
+  it wait for another person's approval unless the policy would approve the same repair
+  automatically;
+- removal is never automatic (``remove-human-only``), and with the circuit breaker tripped nothing
+  is approved automatically (``breaker-tripped``: pending, people still approve).
+
+Pure: no I/O, no clock reads.
+"""
+
+from __future__ import annotations
+
+from medic.domain.repairs import (
+    Breaker,
+    RepairAction,
+    RepairPolicy,
+    RepairRequest,
+    RepairState,
+    RequesterKind,
+)
+from medic.policy.guards import AUTO_APPROVER
+
+__all__ = [
+    "RULE_APPROVAL_REQUIRED",
+    "RULE_BREAKER_TRIPPED",
+    "RULE_DETECTOR_REQUEST",
+    "RULE_REMOVE_HUMAN_ONLY",
+    "RULE_USER_REQUEST",
+    "approval_text",
+    "approve",
+]
+
+RULE_APPROVAL_REQUIRED = "approval-required"
+RULE_BREAKER_TRIPPED = "breaker-tripped"
+RULE_DETECTOR_REQUEST = "detector-request"
+RULE_USER_REQUEST = "user-request"
+RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
+
+_APPROVAL_TEXT = {
+    RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
+    RULE_BREAKER_TRIPPED: "the circuit breaker is tripped: automatic repair is paused, a person "
+    "must approve",
+    RULE_DETECTOR_REQUEST: "a detector's request skips the approval queue",
+    RULE_USER_REQUEST: "requested by a person",
+    RULE_REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
+}
+
+
+def approve(
+    request: RepairRequest,
+    policy: RepairPolicy,
+    *,
+    escalated_from: RepairAction | None = None,
+    breaker: Breaker | None = None,
+) -> tuple[RepairState, str | None, str]:
+    """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
+
+    A person's request answers ``user-request`` (the intake decides whether it waits for another
+    person, see the module docstring); removal otherwise always waits for one. A
+    detector's request skips the queue (approved by ``auto``, never as a person). medic's own
+    recommendation waits (``approval-required``) unless its action class is in
+    ``policy.auto_actions`` (``auto:action:<a>``) or its Xid is in ``policy.auto_xids``
+    (``auto:xid:<code>``, for the mapped action only: an escalated action needs its class). With a
+    tripped ``breaker`` nothing is approved automatically (``breaker-tripped``).
+    """
+    pending = RepairState.PENDING_APPROVAL
+    if request.requester_kind is RequesterKind.USER:
+        return RepairState.APPROVED, request.requested_by, RULE_USER_REQUEST
+    if request.action.human_only:
+        return pending, None, RULE_REMOVE_HUMAN_ONLY
+    if request.requester_kind is RequesterKind.DETECTOR:
+        rule = RULE_DETECTOR_REQUEST
+    elif request.action in policy.auto_actions:
+        rule = f"auto:action:{request.action}"
+    elif escalated_from is None and request.xid is not None and request.xid in policy.auto_xids:
+        rule = f"auto:xid:{request.xid}"
+    else:
+        return pending, None, RULE_APPROVAL_REQUIRED
+    if breaker is not None and breaker.tripped:
+        return pending, None, RULE_BREAKER_TRIPPED
+    return RepairState.APPROVED, AUTO_APPROVER, rule
+
+
+def approval_text(rule: str) -> str:
+    """A readable sentence for an approval rule id."""
+    if rule.startswith("auto:"):
+        return f"approved automatically by policy rule {rule}"
+    return _APPROVAL_TEXT.get(rule, rule)

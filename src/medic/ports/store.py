@@ -1,0 +1,202 @@
+"""The durable state of job recovery: the store (inventory, attempts, detections, verdicts,
+advice, scheduler actions, the audit trail) and the remote controller's ledger.
+
+Part of :mod:`medic.ports` (see its docstring); import the ports from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from medic.domain.actions import ActionRecord, ActionStatus
+from medic.domain.advice import Advice, AdviceRequest, Reconciliation
+from medic.domain.attempts import Attempt, Progress
+from medic.domain.audit import AuditEvent, AuditKind, AuditOrder
+from medic.domain.cluster import Job, Node
+from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.ids import AdviceId, ClusterName, JobId
+
+__all__ = ["AuditQuery", "ControllerLedger", "Store"]
+
+
+class AuditQuery(Protocol):
+    """Read side of the audit trail (separate so read-only consumers need no write access)."""
+
+    def query_audit(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        job_id: JobId | None = None,
+        subject_type: str | None = None,
+        subject_id: str | None = None,
+        kind: AuditKind | None = None,
+        actor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        before_id: int | None = None,
+        order: AuditOrder = "asc",
+        limit: int = 100,
+    ) -> list[AuditEvent]:
+        """At most ``limit`` events matching every given filter, with ``after_id < id <
+        before_id`` (either bound optional): the oldest first (``asc``: the next page is
+        ``after_id`` = the last id) or the newest first (``desc``: ``before_id`` = the last id).
+        Ids grow with every event written, so a cursor is stable while new events arrive."""
+        ...
+
+
+class Store(AuditQuery, Protocol):
+    """Durable state: clusters, nodes, jobs, attempts, detections, verdicts, advice, actions, audit.
+
+    Raises ``StoreError`` when the database fails and ``ConflictError`` when a compare-and-set
+    loses. Audit events are append-only: no method updates or deletes them.
+    """
+
+    # --- inventory -------------------------------------------------------------------------
+    def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None: ...
+
+    def list_clusters(self) -> dict[ClusterName, str | None]:
+        """Every cluster in the store and its scheduler kind (None: not known yet)."""
+        ...
+
+    def sync_nodes(self, cluster: ClusterName, nodes: Sequence[Node], now: datetime) -> None:
+        """Upsert the nodes' current state."""
+        ...
+
+    def sync_jobs(self, cluster: ClusterName, jobs: Sequence[Job], now: datetime) -> None:
+        """Upsert the jobs' current state and open the attempt ``job.restart_count`` when the job
+        runs on nodes (recording its nodes and start); close an attempt whose job has ended."""
+        ...
+
+    def list_nodes(self, cluster: ClusterName | None = None) -> list[Node]: ...
+
+    def list_jobs(self, cluster: ClusterName | None = None) -> list[Job]: ...
+
+    def get_job(self, cluster: ClusterName, job_id: JobId) -> Job | None: ...
+
+    def list_attempts(self, cluster: ClusterName, job_id: JobId) -> list[Attempt]:
+        """The job's attempts, oldest first."""
+        ...
+
+    def list_attempts_between(
+        self, cluster: ClusterName | None, start: datetime, end: datetime
+    ) -> list[Attempt]:
+        """Attempts (of every cluster when None) that ran during ``[start, end)``: started before
+        ``end`` and not ended before ``start`` (still open counts as running). Attempts that never
+        started are left out. Ordered by cluster, job, attempt number."""
+        ...
+
+    def update_progress(
+        self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
+    ) -> None:
+        """Replace the progress recorded for one attempt (creating the attempt row if needed)."""
+        ...
+
+    # --- diagnosis -------------------------------------------------------------------------
+    def add_detections(self, cluster: ClusterName, detections: Sequence[Detection]) -> None: ...
+
+    def list_detections(
+        self, cluster: ClusterName, job_id: JobId, attempt: int | None = None
+    ) -> list[Detection]: ...
+
+    def add_verdict(self, cluster: ClusterName, verdict: Verdict) -> int: ...
+
+    def list_verdicts(self, cluster: ClusterName, job_id: JobId) -> list[Verdict]: ...
+
+    # --- advice ----------------------------------------------------------------------------
+    def publish_advice(self, request: AdviceRequest, now: datetime) -> Advice:
+        """Store the decision as the job's advice.
+
+        The same decision again (same attempt, action and exclusions) returns the stored advice
+        unchanged; a different one raises the generation by one and resets the status to PENDING.
+        """
+        ...
+
+    def get_advice(self, advice_id: AdviceId) -> Advice | None: ...
+
+    def advice_for_job(self, cluster: ClusterName, job_id: JobId) -> Advice | None: ...
+
+    def list_advice(
+        self, *, cluster: ClusterName | None = None, active_only: bool = False
+    ) -> list[Advice]: ...
+
+    def report_reconciliation(
+        self,
+        advice_id: AdviceId,
+        observed_generation: int,
+        status: Reconciliation,
+        reason: str,
+        now: datetime,
+    ) -> Advice:
+        """Record a controller's report for ``observed_generation``.
+
+        Raises ``NotFoundError`` for an unknown advice, ``ConflictError`` when the generation is
+        no longer current (a newer decision superseded it) and ``InputError`` for a generation
+        that was never published.
+        """
+        ...
+
+    # --- scheduler actions -----------------------------------------------------------------
+    def begin_action(self, record: ActionRecord) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists."""
+        ...
+
+    def get_action(self, key: str) -> ActionRecord | None: ...
+
+    def finish_action(
+        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+    ) -> None: ...
+
+    def list_actions(
+        self, cluster: ClusterName | None = None, job_id: JobId | None = None
+    ) -> list[ActionRecord]: ...
+
+    # --- audit -----------------------------------------------------------------------------
+    def append_audit(self, event: AuditEvent) -> int:
+        """Append one audit event and return its id."""
+        ...
+
+    # --- cursors ---------------------------------------------------------------------------
+    def get_cursor(self, source: str) -> str | None:
+        """A log source's saved position (e.g. file offsets), so restarts resume, not rescan."""
+        ...
+
+    def set_cursor(self, source: str, value: str) -> None: ...
+
+
+class ControllerLedger(Protocol):
+    """What a controller writes while it carries out advice: the step ledger (idempotency keys),
+    the audit trail and its reconciliation reports.
+
+    The :class:`Store` satisfies it (the embedded controller); so does the HTTP client of the
+    advice API (a remote controller). Same errors as the store: ``ConflictError`` when a
+    reported generation was superseded, ``NotFoundError`` for an unknown advice or action,
+    ``TransientError``/``StoreError`` for "try again".
+    """
+
+    def get_action(self, key: str) -> ActionRecord | None: ...
+
+    def begin_action(self, record: ActionRecord) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists."""
+        ...
+
+    def finish_action(
+        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+    ) -> None: ...
+
+    def append_audit(self, event: AuditEvent) -> int:
+        """Append one audit event and return its id."""
+        ...
+
+    def report_reconciliation(
+        self,
+        advice_id: AdviceId,
+        observed_generation: int,
+        status: Reconciliation,
+        reason: str,
+        now: datetime,
+    ) -> Advice:
+        """Record the controller's report for ``observed_generation`` (see :class:`Store`)."""
+        ...

@@ -9,6 +9,7 @@ the detector ``nvsentinel``; plain reads go out with a viewer's token."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -420,6 +421,21 @@ def test_a_person_request_waits_for_approval_and_is_approved_with_another_action
     assert again.status_code == 200 and again.json() == body, "the same approval is a no-op"
     detail = _problem(api.decide(repair["id"], "approve", header="user:carol"), 409, "conflict")
     assert "approved by bob" in detail
+    # people's requests and decisions are counted like the engine's moves, a repeat is not
+    counted = _repairs_total(api)
+    assert counted[("reboot", "pending_approval")] == 1
+    assert counted[("reset_gpu", "approved")] == 1
+
+
+def _repairs_total(api: Api) -> dict[tuple[str, str], float]:
+    """``medic_repairs_total`` of the API's ``/metrics``, by (action, state)."""
+    found: dict[tuple[str, str], float] = {}
+    for line in api.http.get("/metrics").text.splitlines():
+        match = re.match(r"^medic_repairs_total\{(.*)\} (\S+)$", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match[1]))
+            found[(labels["action"], labels["state"])] = float(match[2])
+    return found
 
 
 def test_the_policy_approves_a_person_request_but_never_a_removal(api: Api) -> None:

@@ -66,7 +66,7 @@ from medic.control.repair_policy import put_policy, reset_breaker
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
-from medic.domain.repairs import RepairRequest, RepairState, RequesterKind
+from medic.domain.repairs import Repair, RepairRequest, RepairState, RequesterKind
 from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
 
 __all__ = ["router"]
@@ -183,6 +183,14 @@ def post_repair(
         raise InputError("alert_keys", exc.reason) from exc
     response.status_code = 201 if created else 200
     _location(response, repair.id)
+    return _counted(services, repair, None if created else repair)
+
+
+def _counted(services: Services, repair: Repair, before: Repair | None) -> RepairOut:
+    """The answer; a repair that entered a new state is counted in ``medic_repairs_total`` as
+    the engine's own moves are (a repeated decision changes nothing and is not counted)."""
+    if before is None or before.state is not repair.state or before.action is not repair.action:
+        services.metrics.repair_state(repair.cluster, repair.action.value, repair.state.value)
     return RepairOut.of(repair)
 
 
@@ -230,10 +238,11 @@ def approve(
     services = _services(request)
     body = body or ApproveIn()
     actor = _actor(principal, body.actor, body.actor_kind)
+    before = _store(services).get_repair(repair_id)
     repair = approve_repair(
         _store(services), repair_id, actor, services.clock.now(), body.action, reason=body.reason
     )
-    return RepairOut.of(repair)
+    return _counted(services, repair, before)
 
 
 @router.post(
@@ -246,10 +255,11 @@ def reject(
     services = _services(request)
     body = body or DecisionIn()
     actor = _actor(principal, body.actor, body.actor_kind)
+    before = _store(services).get_repair(repair_id)
     repair = reject_repair(
         _store(services), repair_id, actor, services.clock.now(), reason=body.reason
     )
-    return RepairOut.of(repair)
+    return _counted(services, repair, before)
 
 
 @router.post(
@@ -262,10 +272,11 @@ def cancel(
     services = _services(request)
     body = body or DecisionIn()
     actor = _actor(principal, body.actor, body.actor_kind)
+    before = _store(services).get_repair(repair_id)
     repair = cancel_repair(
         _store(services), repair_id, actor, services.clock.now(), reason=body.reason
     )
-    return RepairOut.of(repair)
+    return _counted(services, repair, before)
 
 
 @router.put(
@@ -277,10 +288,11 @@ def put_action(
     """A person changes the action of a pending repair without approving it."""
     services = _services(request)
     actor = _actor(principal, body.actor, body.actor_kind)
+    before = _store(services).get_repair(repair_id)
     repair = change_action(
         _store(services), repair_id, actor, body.action, services.clock.now(), reason=body.reason
     )
-    return RepairOut.of(repair)
+    return _counted(services, repair, before)
 
 
 # --- policy and breaker --------------------------------------------------------------------------

@@ -66,3 +66,15 @@ class Metrics(Protocol):
     def loop_error(self, stage: str) -> None:
         """A pass stage (observe, evaluate, act) failed."""
         ...
+
+    def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
+        """A node alert started firing (``mapped``: a repair action exists for it)."""
+        ...
+
+    def repair_state(self, cluster: ClusterName, action: str, state: str) -> None:
+        """A repair entered ``state``, whoever moved it (the engine, a person, a detector)."""
+        ...
+
+    def recommendation_latency(self, seconds: float) -> None:
+        """Seconds from an alert firing to the repair recommended for it."""
+        ...

@@ -59,6 +59,8 @@ _TAKEOVER_SECONDS = 120.0
 """A cordon or a drain its engine left unfinished this long is taken over by another engine."""
 
 S = RepairState
+_BUSY = frozenset({NodeState.DRAINING, NodeState.ALLOCATED, NodeState.MIXED})
+"""A node in one of these states runs jobs, whether medic watches them or not."""
 
 
 class Lifecycle:
@@ -109,12 +111,18 @@ class Lifecycle:
         }
 
     def advance(self, repair: Repair, view: PassView) -> Repair:
-        """Take every step ``repair`` can take now; the repair as it stands after them."""
+        """Take every step ``repair`` can take now; the repair as it stands after them.
+
+        A repair that was cordoned in this pass stops at ``waiting_for_idle``: whether the node
+        is idle is decided on the next pass, from a listing read after the drain (this pass's was
+        read before it, and misses a job that started since and the node's draining state)."""
         for _ in range(len(self._steps) + 1):
             step = self._steps.get(repair.state)
             moved = step(repair, view) if step is not None else None
             if moved is None or moved.state is repair.state:
                 return moved or repair
+            if moved.state is S.WAITING_FOR_IDLE:
+                return moved
             repair = moved
         return repair
 
@@ -277,10 +285,10 @@ class Lifecycle:
     def _hidden_jobs(
         repair: Repair, view: PassView, node_jobs: Sequence[Job], now: datetime
     ) -> bool:
-        """The scheduler says jobs medic does not watch (not opted in) still run on the node:
-        hold like for a visible job, until the wait deadline."""
+        """The scheduler says jobs medic does not watch (not opted in) still run on the node
+        (draining, or still allocated): hold like for a visible job, until the wait deadline."""
         node = view.nodes.get(repair.node)
-        if node is None or node.state is not NodeState.DRAINING or running_jobs(node_jobs):
+        if node is None or node.state not in _BUSY or running_jobs(node_jobs):
             return False
         until = repair.wait_deadline or deadline(repair.approved_at, view.policy)
         return until is None or now < until

@@ -17,8 +17,9 @@ pinned to one core, on the same file, with the same patterns:
 
 Each figure is the median of ``--runs`` runs (at least 3). Event counts are lines with at least
 one matching signature; ``medic_events_same_patterns`` is medic's count with only the patterns
-grep kept, which grep's and rg's counts should equal. The catalogue is the YAML one when it loads,
-else the Python ``CATALOGUE``. The last line printed is one JSON object with every figure.
+grep kept, which grep's and rg's counts should equal. The catalogue is the packaged YAML one
+(``default_catalogue()``), or the YAML directory given with ``--catalogue DIR``. The last line
+printed is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -33,36 +34,18 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from medic.detect.catalogue import load_catalogue
+from medic.detect.catalogue import default_catalogue, load_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.detect.patterns import UNBOUNDED, compile_pattern, parse_pattern, strip_rank_prefix
-from medic.detect.signatures import CATALOGUE, Signature
+from medic.detect.signatures import Signature
 from medic.domain.diagnosis import Role
-from medic.errors import ConfigError
 
-# Failure lines for the Python catalogue, which keeps its examples in the tests.
-PYTHON_FAILURES = [
-    "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.",
-    "NVRM: Xid (PCI:0000:18:00): 48, pid=31337, name=python, An uncorrectable double bit error",
-    "[rank10]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
-    "[rank9]: RuntimeError: CUDA error: unspecified launch failure",
-    "mlx5_core 0000:0c:00.0: mlx5_port_change_event:1159:(pid 0): Link down on port 1",
-    "node002:4242:4250 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer"
-    " 10.0.0.1<43512> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
-    "[rank0]:[E0101 00:10:00.123456 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective"
-    " operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096,"
-    " Timeout(ms)=600000) ran for 600060 milliseconds before timing out.",
-    "[rank3]: KeyError: 'labels'",
-    "[rank8]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.",
-    "traceback : Signal 11 (SIGSEGV) received by PID 3304209",
-]
 PROGRESS = (
     "[rank0]:  [2026-01-01 00:10:00] iteration {step:>8}/  100000 | consumed samples: {s:>12} |"
     " elapsed time per iteration (ms): 512.3 | throughput per GPU (TFLOP/s/GPU): 401.2 |"
@@ -96,16 +79,11 @@ NEAR_MISSES = [
 ]
 
 
-def load_signatures(choice: str) -> tuple[str, tuple[Signature, ...]]:
-    if choice == "python":
-        return "python", CATALOGUE
-    try:
-        return "yaml", load_catalogue(None if choice in ("auto", "yaml") else Path(choice))
-    except ConfigError as exc:
-        if choice != "auto":
-            raise
-        print(f"YAML catalogue not usable ({exc}); using the Python CATALOGUE", file=sys.stderr)
-        return "python", CATALOGUE
+def load_signatures(directory: str | None) -> tuple[str, tuple[Signature, ...]]:
+    """(label, signatures): the packaged catalogue, or the YAML one in ``directory``."""
+    if directory is None:
+        return "default", default_catalogue()
+    return directory, load_catalogue(Path(directory))
 
 
 def make_corpus(path: Path, lines: int, signatures: Sequence[Signature], seed: int) -> None:
@@ -114,7 +92,7 @@ def make_corpus(path: Path, lines: int, signatures: Sequence[Signature], seed: i
     rng = random.Random(seed)
     check = SignatureDiagnoser(signatures, engine="re")
     failures = [e.line for s in signatures if s.role is not Role.PROGRESS for e in s.examples]
-    failures = failures or PYTHON_FAILURES
+    failures = failures or [e.line for s in signatures for e in s.examples]  # progress only
     counters = [c for s in signatures for c in s.counter_examples if not check.match_text(c)]
     sample = {"n": 1, "pid": 4001, "tid": 5001, "g": 1, "h": 2, "c": 3, "r": 1, "step": 10}
     near = [t for t in NEAR_MISSES if not check.match_text(t.format(loss=2.5, **sample))]
@@ -390,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=3, help="at least 3")
     parser.add_argument("--re-lines", type=int, default=20_000, help="lines for the re loop")
     parser.add_argument("--tool-budget", type=float, default=10.0, help="seconds per grep/rg run")
-    parser.add_argument("--catalogue", default="auto", help="auto | yaml | python | DIR")
+    parser.add_argument("--catalogue", metavar="DIR", help="a YAML catalogue directory")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     args.runs = max(3, args.runs)
@@ -405,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         make_corpus(corpus, args.lines, signatures, args.seed)
         print(
             f"corpus: {args.lines} lines, {corpus.stat().st_size / 1e6:.1f} MB in"
-            f" {time.perf_counter() - start:.1f} s; {len(signatures)} {source} signatures"
+            f" {time.perf_counter() - start:.1f} s; {len(signatures)} signatures ({source})"
         )
         start = time.perf_counter()
         diagnoser = SignatureDiagnoser(signatures)

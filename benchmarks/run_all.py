@@ -3,7 +3,8 @@ own defaults, its progress goes to stderr, and the last line of stdout is one JS
 each benchmark to its own last-line JSON (or to ``{"error": ...}`` when it failed or printed none).
 
 ``--only api,repair`` runs a subset; ``--skip slurm_recovery`` leaves some out; arguments after
-``--`` go to every benchmark (e.g. ``-- --quick`` for those that take it). A benchmark that needs
+``--`` go to each benchmark whose ``--help`` names every option among them (e.g. ``-- --quick``
+reaches those that have a quick mode; the others run as usual). A benchmark that needs
 something absent (a local Slurm, PostgreSQL) says so in its own output and skips that part.
 """
 
@@ -23,8 +24,20 @@ def _names() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
+def _accepts(script: Path, extra: list[str]) -> bool:
+    """True when the benchmark's ``--help`` names every ``--option`` in ``extra``."""
+    options = [arg.split("=", 1)[0] for arg in extra if arg.startswith("--")]
+    if not options:
+        return True
+    shown = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    return all(option in shown for option in options)
+
+
 def _run(name: str, extra: list[str], timeout: float) -> dict[str, object]:
-    command = [sys.executable, str(HERE / f"bench_{name}.py"), *extra]
+    script = HERE / f"bench_{name}.py"
+    command = [sys.executable, str(script), *(extra if _accepts(script, extra) else [])]
     print(f"== {name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:

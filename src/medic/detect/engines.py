@@ -11,7 +11,10 @@ byte ``end - 1`` lies on that line; the matcher confirms each candidate with Pyt
 * :class:`HyperscanEngine`: all patterns in one Hyperscan database (``HS_FLAG_MULTILINE``, on
   bytes: any input is fine), whole chunks of about 1 MiB per call, a scratch per thread. Each
   pattern is first rewritten into one that matches at least as much and costs Hyperscan less
-  (:func:`~medic.detect.hyperscan_rewrite.hyperscan_expression`).
+  (:func:`~medic.detect.hyperscan_rewrite.hyperscan_expression`). One more expression flags
+  lines of ``MAX_MATCH_CHARS`` bytes or more, where a rewritten ``$`` is no filter (the matcher
+  cuts such a line, and its ``$`` then holds at the cut): they get a candidate for each pattern
+  whose expression tests for the line's end.
 * :class:`Re2Engine` (google-re2) and :class:`ReEngine` (stdlib): line by line behind a literal
   pre-filter over the whole buffer (a literal each pattern requires, from its parse tree).
 
@@ -29,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-from medic.detect.hyperscan_rewrite import HS_START, hyperscan_expression
+from medic.detect.hyperscan_rewrite import HS_END, HS_START, hyperscan_expression
 from medic.detect.patterns import (
     HEAD_BYTES,
     MAX_MATCH_CHARS,
@@ -64,6 +67,9 @@ ENGINES = ("hyperscan", "re2", "re")
 """Engine names, best first."""
 CHUNK_BYTES = 1 << 20
 """About how much of a buffer Hyperscan scans per call (always whole lines)."""
+_END = HS_END.encode()
+_LONG_LINE = b"[^\\n]{%d}" % MAX_MATCH_CHARS
+"""A line of at least ``MAX_MATCH_CHARS`` bytes: its matched head may end before its last byte."""
 
 
 class Engine(Protocol):
@@ -98,17 +104,27 @@ def hyperscan_errors(patterns: Sequence[str]) -> dict[int, str]:
     return errors
 
 
+def _at_end(expressions: Sequence[tuple[bytes, bool]]) -> tuple[int, ...]:
+    """The expressions that test for a line end (:data:`HS_END`), which the raw buffer does not
+    show where a line is cut at :data:`MAX_MATCH_CHARS` characters."""
+    return tuple(i for i, (expression, _) in enumerate(expressions) if _END in expression)
+
+
 @functools.lru_cache(maxsize=4)
 def _hs_database(expressions: tuple[tuple[bytes, bool], ...]) -> Any:
+    """One database for ``expressions`` (ids: their indexes), plus :data:`_LONG_LINE` (id: their
+    count, at most one report per scan) when one of them tests for a line end."""
+    flags = [
+        _hs.HS_FLAG_MULTILINE | (_hs.HS_FLAG_CASELESS if caseless else 0)
+        for _, caseless in expressions
+    ]
+    patterns = [e for e, _ in expressions]
+    if _at_end(expressions):
+        patterns.append(_LONG_LINE)
+        flags.append(_hs.HS_FLAG_SINGLEMATCH)
     database = _hs.Database(mode=_hs.HS_MODE_BLOCK)
     database.compile(
-        expressions=[e for e, _ in expressions],
-        ids=list(range(len(expressions))),
-        elements=len(expressions),
-        flags=[
-            _hs.HS_FLAG_MULTILINE | (_hs.HS_FLAG_CASELESS if caseless else 0)
-            for _, caseless in expressions
-        ],
+        expressions=patterns, ids=list(range(len(patterns))), elements=len(patterns), flags=flags
     )
     return database
 
@@ -130,6 +146,8 @@ class HyperscanEngine:
         for index in self.fallbacks:
             expressions[index] = (f"{HS_START}[^\\n]".encode(), False)
         self._database = _hs_database(tuple(expressions)) if expressions else None
+        self._at_end = _at_end(expressions)
+        self._guard = len(expressions) if self._at_end else -1  # the _LONG_LINE id
         self._chunk = max(1, chunk_bytes)
         self._local = threading.local()
 
@@ -139,7 +157,7 @@ class HyperscanEngine:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = _hs.Scratch(self._database)
-        view, size = memoryview(data), len(data)
+        view, size, guard = memoryview(data), len(data), self._guard
         hits: list[tuple[int, int]] = []
         start = 0
         while start < size:
@@ -148,9 +166,27 @@ class HyperscanEngine:
             self._database.scan(
                 view[start:stop], match_event_handler=_on_match, context=found, scratch=scratch
             )
+            if guard >= 0 and (long := [end for i, end in found if i == guard]):
+                found = [hit for hit in found if hit[0] != guard]
+                found += self._long_lines(data, start, stop, start + long[0])
             hits.extend([(i, start + end) for i, end in found] if start else found)
             start = stop
         return hits
+
+    def _long_lines(self, data: bytes, start: int, stop: int, first: int) -> list[tuple[int, int]]:
+        """A candidate for every line-end test on each line of ``data[start:stop]`` holding
+        ``MAX_MATCH_CHARS`` bytes or more (``first``: where the first such line reached that),
+        relative to ``start``. On such a line the matcher's ``$`` also holds where the line is
+        cut, so Hyperscan's ``$`` is no filter there."""
+        found: list[tuple[int, int]] = []
+        line = data.rfind(b"\n", start, first - 1) + 1 or start
+        while line < stop:
+            end = data.find(b"\n", line, stop)
+            end = stop if end < 0 else end
+            if end - line >= MAX_MATCH_CHARS:
+                found.extend((index, end - start) for index in self._at_end)
+            line = end + 1
+        return found
 
 
 class ReEngine:

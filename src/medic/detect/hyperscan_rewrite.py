@@ -6,9 +6,11 @@ from the pattern's ``re`` parse tree (:func:`~medic.detect.patterns.parse_patter
 expression on bytes (``HS_FLAG_MULTILINE``) in which ``^`` also accepts the rank prefix, named
 groups become plain ones, a character that may be non-ASCII is one to four bytes, long runs become
 unbounded, what Hyperscan lacks (look-around, back-references) is dropped, and parts that hold no
-selective literal are cut off (an optional tail, a ``^`` before a long literal, what precedes a
-``.{0,300}`` gap). Hyperscan reports every end offset, hence the cut tails. Pure: no I/O, and no
-Hyperscan import: the expressions are plain bytes.
+selective literal are cut off (an optional tail, a ``^`` before a long literal or before an
+unbounded run, what precedes a ``.{0,300}`` gap). Hyperscan reports every end offset, hence the cut
+tails; a tail that may only be the line's end (``(?:: (?P<message>.*)|$)``) stays, as ``:`` or
+:data:`HS_END`, for which the engine also flags every line too long to show its end. Pure: no I/O,
+and no Hyperscan import: the expressions are plain bytes.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def _emit(items: Sequence[tuple[Any, Any]]) -> str:  # noqa: C901 - one branch p
     A character that may be non-ASCII is one to four bytes (``.`` is ``[^\\n]{1,4}``); a long
     run of one class, or an optional repeat of a group of characters, is an unbounded run of
     their bytes (``.{0,300}`` is ``[^\\n]*``): far cheaper for Hyperscan, and only wider. (Its
-    UTF-8 mode compiles ``.{0,400}`` for a minute, hence bytes.)
+    UTF-8 mode compiles ``.{0,400}`` for a minute, hence bytes.) A short run of one class stays
+    bounded (``[a-z]{0,30}``): before a literal, Hyperscan checks that a few bytes back from it,
+    where ``*`` would have it follow the run through the whole buffer.
     """
     out: list[str] = []
     for op, av in items:
@@ -122,9 +126,11 @@ def _emit(items: Sequence[tuple[Any, Any]]) -> str:  # noqa: C901 - one branch p
             out.append(text + "{1,4}" if wide else text)
         elif name in REPEATS:
             low, high, sub = av[0], av[1], list(av[2])
-            if low == 0 and high > 1 and (codes := _charset(sub)) is not None:
+            single = len(sub) == 1 and str(sub[0][0]) in _CHARS
+            run = high > _LONG or (high > 1 and not single)
+            if low == 0 and run and (codes := _charset(sub)) is not None:
                 out.append(_byte_class(codes) + "*")
-            elif len(sub) == 1 and str(sub[0][0]) in _CHARS:
+            elif single:
                 text, wide = _one(*sub[0])
                 if high != UNBOUNDED and high * (4 if wide else 1) > _LONG:
                     low, high = min(low, _LONG), UNBOUNDED
@@ -157,7 +163,8 @@ def _emit(items: Sequence[tuple[Any, Any]]) -> str:  # noqa: C901 - one branch p
 def _trim(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """``items`` without the tail that can match nothing (an anchor, ``x?``, ``.{0,300}``), a
     trailing ``x{m,n}`` cut to ``x{m}``: a match of the original contains one of the trimmed
-    pattern ending on the same line, and the trimmed one reports one end offset, not 300."""
+    pattern ending on the same line, and the trimmed one reports one end offset, not 300. An
+    alternative that would be cut to nothing but ends the line stays whole (:func:`_line_end`)."""
     out = list(items)
     while out:
         op, av = out[-1]
@@ -169,13 +176,25 @@ def _trim(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
             out[-1] = (op, (av[0], av[0], av[2]))
         elif name in ("SUBPATTERN", "BRANCH"):
             parts = [av[3]] if name == "SUBPATTERN" else av[1]
-            trimmed = [_trim(list(part)) for part in parts]
+            trimmed = [_trim(list(part)) or _line_end(list(part)) for part in parts]
             if not all(trimmed):
                 out.pop()
                 continue
             out[-1] = (op, (*av[:3], trimmed[0]) if name == "SUBPATTERN" else (av[0], trimmed))
         break
     return out
+
+
+def _line_end(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """``items`` when it ends with ``$`` (the ``$`` of ``(?:: ?(?P<message>.*)|$)``), else
+    nothing: "``Error`` then ``:`` or the line's end" is selective where "``Error``" is not. The
+    matcher's ``$`` also holds where a line is cut at ``MAX_MATCH_CHARS`` characters, which the
+    raw buffer does not show: the engine flags such lines for every expression holding
+    :data:`HS_END`."""
+    last = items[-1] if items else None
+    if last is not None and str(last[0]) == "AT" and str(last[1]) in ("AT_END", "AT_END_STRING"):
+        return items
+    return []
 
 
 def _is_gap(op: Any, av: Any) -> bool:
@@ -208,17 +227,22 @@ def _after_gap(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
 def _unanchored(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """``items`` without a leading ``^`` and what can match nothing after it, when the rest
     holds the pattern's best literal and that has six characters or more: following every
-    line start through ``[rankN]:`` costs Hyperscan more than finding ``FileNotFoundError``."""
+    line start through ``[rankN]:`` costs Hyperscan more than finding ``FileNotFoundError``.
+    Four characters are enough when an optional run follows the ``^`` (``^(?:\\w+\\.){0,8}``):
+    Hyperscan would follow that run from every line start through the whole buffer."""
     if len(items) == 1 and str(items[0][0]) == "BRANCH":
         branch = items[0][1]
         return [(items[0][0], (branch[0], [_unanchored(list(alt)) for alt in branch[1]]))]
     rest = list(items)
     if not rest or str(rest[0][0]) != "AT" or "BEGINNING" not in str(rest[0][1]):
         return items
+    shortest = 6
     while rest and (str(rest[0][0]) == "AT" or (str(rest[0][0]) in REPEATS and rest[0][1][0] == 0)):
-        rest.pop(0)
+        if str(rest.pop(0)[0]) in REPEATS:
+            shortest = 4
     literals = best_literals(literal_runs(rest))
-    if literals and min(map(len, literals)) >= 6 and literals == best_literals(literal_runs(items)):
+    best = best_literals(literal_runs(items))
+    if literals and min(map(len, literals)) >= shortest and literals == best:
         return rest
     return items
 

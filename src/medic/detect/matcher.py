@@ -19,6 +19,7 @@ sits at the start of its line), which also bounds the work per line.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ FileHit = tuple[int, Signature, dict[str, str], str]
 
 _Found = tuple[Signature, dict[str, str]]
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ASCII_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_BREAKS = (*_ASCII_BREAKS, "\x85", "\u2028", "\u2029")
+"""Where ``str.splitlines`` ends a line, besides ``\\n``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,25 +112,14 @@ class SignatureDiagnoser:
 
     def scan(self, lines: Sequence[LogLine]) -> list[Detection]:
         """Detections for the lines that match a signature, in input order (``attempt`` = -1)."""
-        segments = [
-            (line, segment)
-            for line in lines
-            for segment in line.text[:MAX_MATCH_CHARS].splitlines()
-        ]
-        if not segments:
-            return []
-        try:
-            buffer = "\n".join(s for _, s in segments).encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (surrogateescape input): U+FFFD, as in a file
-            segments = [(line, _SURROGATE.sub("\ufffd", s)) for line, s in segments]
-            buffer = "\n".join(s for _, s in segments).encode("utf-8")
+        owners, segments, buffer = _buffer(lines)
         detections: list[Detection] = []
         for index, _start, _stop, candidates in self._hit_lines(buffer):
-            line, segment = segments[index]
+            segment = segments[index]
             body, prefix_rank = strip_rank_prefix(segment)
             found = self._confirm(body, candidates)
             if found is not None:
-                detections.append(_detection(line, segment, prefix_rank, *found))
+                detections.append(_detection(owners[index], segment, prefix_rank, *found))
         return detections
 
     def scan_bytes(self, data: bytes) -> list[FileHit]:
@@ -136,8 +129,11 @@ class SignatureDiagnoser:
         hits: list[FileHit] = []
         confirm = self._confirm
         for index, start, stop, candidates in self._hit_lines(data):
-            text = data[start : min(stop, start + HEAD_BYTES)].decode("utf-8", "replace")
-            for segment in text[:MAX_MATCH_CHARS].splitlines():
+            end = stop if stop - start <= HEAD_BYTES else start + HEAD_BYTES
+            text = data[start:end].decode("utf-8", "replace")
+            if len(text) > MAX_MATCH_CHARS:
+                text = text[:MAX_MATCH_CHARS]
+            for segment in text.splitlines():
                 found = confirm(strip_rank_prefix(segment)[0], candidates)
                 if found is not None:
                     hits.append((index + 1, found[0], found[1], segment[:MAX_TEXT_CHARS]))
@@ -183,9 +179,34 @@ class SignatureDiagnoser:
                 if not entry.grouped:
                     return entry.signature, dict(entry.constants)
                 fields = {k: v.strip() for k, v in match.groupdict().items() if v is not None}
-                fields.update(entry.constants)
+                if entry.constants:
+                    fields.update(entry.constants)
                 return entry.signature, fields
         return None
+
+
+def _buffer(lines: Sequence[LogLine]) -> tuple[Sequence[LogLine], list[str], bytes]:
+    """The physical lines to match, one per line of the buffer, as (the log line each comes
+    from, its text), and the buffer. When every text is one physical line of at most
+    ``MAX_MATCH_CHARS`` characters (the usual case), these are the texts themselves, joined: no
+    per-line object is made. Else each text is cut and split as the module docstring says."""
+    texts = [line.text for line in lines]
+    joined = "\n".join(texts)
+    if (
+        joined.count("\n") == len(texts) - 1
+        and max(map(len, texts), default=0) <= MAX_MATCH_CHARS
+        and not any(b in joined for b in (_ASCII_BREAKS if joined.isascii() else _BREAKS))
+    ):
+        with contextlib.suppress(UnicodeEncodeError):  # lone surrogates: as below
+            return lines, texts, joined.encode("utf-8")
+    pairs = [(line, s) for line in lines for s in line.text[:MAX_MATCH_CHARS].splitlines()]
+    segments = [s for _, s in pairs]
+    try:
+        buffer = "\n".join(segments).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (surrogateescape input): U+FFFD, as in a file
+        segments = [_SURROGATE.sub("\ufffd", s) for s in segments]
+        buffer = "\n".join(segments).encode("utf-8")
+    return [line for line, _ in pairs], segments, buffer
 
 
 def _detection(

@@ -9,8 +9,9 @@ import json
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.console import Group
@@ -21,6 +22,7 @@ from medic.cli.common import settings_of
 from medic.control.services import Services
 from medic.control.tasks import LoopThread
 from medic.demo import DemoDriver
+from medic.ports import RepairStore
 from medic.wiring import build
 
 __all__ = ["DEMO_OVERRIDES", "register"]
@@ -98,6 +100,17 @@ def _run_live(services: Services, driver: DemoDriver, duration: float | None) ->
             time.sleep(0.25)
 
 
+def _repairs_line(services: Services) -> str:
+    """Node repair's side: degraded nodes and the repairs by state (they wait for a person)."""
+    if services.repairs is None:
+        return ""
+    degraded = sorted(str(n) for n in services.repairs.health())
+    store = cast(RepairStore, services.store)
+    counts = Counter(r.state.value for r in store.list_repairs(cluster=services.cluster))
+    states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
+    return f"\nnode repair: degraded {', '.join(degraded) or '-'}; repairs: {states}"
+
+
 def _view(services: Services, driver: DemoDriver) -> Group:
     jobs = Table(title=f"Jobs on simulated cluster '{services.cluster}' (act mode)")
     for col in ("job", "state", "attempt", "nodes", "excluded"):
@@ -116,6 +129,7 @@ def _view(services: Services, driver: DemoDriver) -> Group:
     health = f"nodes: {len(nodes)} total, {len(nodes) - len(bad)} usable; " + (
         "out: " + ", ".join(bad) if bad else "all usable"
     )
+    health += _repairs_line(services)
     faults = Table(title="Faults and recoveries (latest 12)")
     for col in ("fault", "job", "node", "detected as", "verdict", "detect s", "act s", "outcome"):
         faults.add_column(col)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from medic.api import clusters
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control.services import Services
@@ -29,6 +31,8 @@ from medic.domain.auth import Role
 from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.faults import FaultKind
 from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.measure.goodput import Cause, goodput
+from medic.store import create_store
 from medic.testing import FakeClock
 from medic.wiring import build
 
@@ -274,3 +278,31 @@ def test_the_routes_need_a_token(rig: Rig) -> None:
     for path in ("/api/v1/clusters", "/api/v1/clusters/sim", "/api/v1/goodput"):
         response = rig.client.get(path, headers={"Authorization": ""})
         assert response.status_code == 401, path
+
+
+def test_a_job_stuck_before_its_first_step_is_badput_not_unmeasured(tmp_path: Path) -> None:
+    """Attempt 0 made progress long ago; attempt 1 started before the window and has printed
+    nothing since: its time in the window is no-progress badput, decided on the job's whole
+    history, not left out as unmeasured because the window holds no progress."""
+    store = create_store(f"sqlite:///{tmp_path / 'medic.db'}")
+    try:
+        now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+        def t(seconds: float) -> datetime:
+            return now + timedelta(seconds=seconds)
+
+        stuck = _lab_job("S1", 2, JobState.RUNNING, t(-7200))
+        store.sync_jobs(LAB, [stuck], t(-7200))
+        progress = Progress(first_step=1, last_step=50, last_checkpoint_step=50)
+        store.update_progress(LAB, JobId("S1"), 0, replace(progress, last_progress_at=t(-4000)))
+        store.sync_jobs(LAB, [replace(stuck, state=JobState.PENDING, restart_count=1)], t(-3600))
+        again = replace(stuck, start_time=t(-3000), restart_count=1)
+        store.sync_jobs(LAB, [again], t(-3000))
+
+        start = t(-600)
+        found = clusters._intervals(store, LAB, store.list_jobs(LAB), start, now)
+        summary = goodput(found, start, now)
+        assert summary.unmeasured == 0 and summary.unmeasured_jobs == 0
+        assert summary.badput[Cause.NO_PROGRESS] == pytest.approx(2 * 600)
+    finally:
+        store.close()

@@ -42,6 +42,16 @@ def test_every_refusal_is_accounted_for() -> None:
     assert len(written) < 60, "100 s at 30 a minute, plus the burst"
 
 
+def test_a_table_full_of_pending_counts_drops_the_oldest_and_stays_bounded() -> None:
+    limiter = DenialLimiter(burst=1, per_minute=1, max_callers=3)
+    for n in range(10):
+        caller = (f"10.2.0.{n}", "anonymous")
+        limiter.admit(caller, T0 + timedelta(seconds=n))
+        limiter.admit(caller, T0 + timedelta(seconds=n))  # pending
+    pending = limiter.drain()
+    assert len(pending) <= 3 and ("10.2.0.9", "anonymous") in pending
+
+
 def test_a_full_table_forgets_callers_with_nothing_pending() -> None:
     limiter = DenialLimiter(burst=1, per_minute=1, max_callers=4)
     limiter.admit(ANON, T0)

@@ -110,14 +110,18 @@ def _intervals(
         found[(a.cluster, a.job_id)].append(a)
     # The window can cut a downtime that started before it: a job restarted in the window after an
     # attempt that ended before it, or a job still waiting to run again. Their full history is
-    # read (rare: one query per such job) so that downtime is not missed.
+    # read (rare: one query per such job) so that downtime is not missed. So is that of a job
+    # none of whose attempts in the window saw progress: whether it ever reported progress (its
+    # time is then badput, not unmeasured) is a question about its whole history.
     refetch: list[JobKey] = []
     for job in jobs:
         key = (job.cluster, JobId(job.id))
         mine = found.get(key)
         if mine:
             earliest = min(mine, key=lambda a: a.number)
-            if earliest.number > 0 and earliest.started_at and earliest.started_at > start:
+            cut = earliest.number > 0 and earliest.started_at and earliest.started_at > start
+            silent = earliest.number > 0 and all(a.progress.last_step is None for a in mine)
+            if cut or silent:
                 refetch.append(key)
         elif not job.state.is_terminal and job.restart_count > 0:
             refetch.append(key)

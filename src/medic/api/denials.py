@@ -6,19 +6,24 @@ So each caller (client address and principal, ``anonymous`` without one) has a b
 ``burst`` events refilled at ``per_minute``; a refusal past that is counted instead of written,
 and the count rides on that caller's next written event as ``suppressed`` (how many refusals
 happened since its previous event and were not written one by one). :meth:`DenialLimiter.drain`
-gives the counts still pending, for a final event each when the API stops. Nothing is lost:
-the sum of ``1 + suppressed`` over a caller's events is the number of refusals it got.
+gives the counts still pending, for a final event each when the API stops. Every refusal is
+accounted for: over a caller's events, each answered one counts ``1 + suppressed`` and each
+final one ``suppressed``. Only past ``max_callers`` callers with counts pending (a flood from
+that many addresses at once) is the oldest count dropped, with a warning in the log.
 
 Time is the caller's (the services' clock), so tests and replays are deterministic.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 
 __all__ = ["DenialLimiter"]
+
+logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 """(client address or ``-``, principal name or ``anonymous``)."""
@@ -72,9 +77,14 @@ class DenialLimiter:
             return pending
 
     def _make_room(self) -> None:
-        """Past ``max_callers``, forget callers with nothing pending (they start afresh, full)."""
+        """Past ``max_callers``, forget callers with nothing pending (they start afresh, full);
+        when every caller has a count pending, the one seen longest ago goes (logged)."""
         if len(self._buckets) < self._max:
             return
         idle = [k for k, b in self._buckets.items() if not b.suppressed]
         for key in idle[: max(1, len(idle) // 2)]:
             del self._buckets[key]
+        if not idle:
+            key = min(self._buckets, key=lambda k: self._buckets[k].at)
+            lost = self._buckets.pop(key).suppressed
+            logger.warning("refusal counter table full: %d refusals of %s not audited", lost, key)

@@ -29,7 +29,7 @@ from medic.control.intake_common import HOUR, IntakeStore, detector_alert_key
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
-    TERMINAL_STATES,
+    OPEN_STATES,
     Alert,
     AlertSource,
     AlertState,
@@ -54,8 +54,6 @@ from medic.policy.recommend import RULE_OPEN_REPAIR, Recommendation, Skip
 from medic.ports import RepairStore
 
 __all__ = ["Decision", "decide"]
-
-_OPEN = frozenset(RepairState) - TERMINAL_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +120,7 @@ def decide(
     on_node = store.list_alerts(cluster=cluster, node=node)
     firing = [a for a in on_node if a.state is AlertState.FIRING]
     past = [a for a in on_node if a.state is not AlertState.FIRING]
-    open_repairs = store.list_repairs(cluster=cluster, states=_OPEN)
+    open_repairs = store.list_repairs(cluster=cluster, states=OPEN_STATES)
     recent = store.list_repairs(cluster=cluster, since=now - HOUR)
     answer = admit(request, firing, open_repairs, recent, policy, breaker, now, past_alerts=past)
     if isinstance(answer, Skip):

@@ -99,15 +99,20 @@ class Evacuation:
 
     def _held_by(self, repair: Repair, job: str) -> bool:
         """True when the audit trail says this repair started holding ``job`` and never
-        released it (only read for a held job this engine does not remember holding)."""
+        released it (only read for a held job this engine does not remember holding). A hold
+        the scheduler refused for good did not happen: whoever holds the job now, it is not
+        this repair."""
         held = False
         for event in self._steps(repair):
             payload = event.payload
             if payload.get("repair_id") != repair.id or payload.get("job") != job:
                 continue
-            if event.kind is AuditKind.REPAIR_STEP_STARTED and payload.get("step") == HOLD:
+            step, kind = payload.get("step"), event.kind
+            refused = kind is AuditKind.REPAIR_STEP_FAILED and bool(payload.get("permanent"))
+            released = kind is AuditKind.REPAIR_STEP_SUCCEEDED and step == RELEASE
+            if kind is AuditKind.REPAIR_STEP_STARTED and step == HOLD:
                 held = True
-            elif event.kind is AuditKind.REPAIR_STEP_SUCCEEDED and payload.get("step") == RELEASE:
+            elif (refused and step == HOLD) or released:
                 held = False
         return held
 
@@ -130,4 +135,6 @@ class Evacuation:
             after = page[-1].id
 
 
-_STEP_KINDS = frozenset({AuditKind.REPAIR_STEP_STARTED, AuditKind.REPAIR_STEP_SUCCEEDED})
+_STEP_KINDS = frozenset(
+    {AuditKind.REPAIR_STEP_STARTED, AuditKind.REPAIR_STEP_SUCCEEDED, AuditKind.REPAIR_STEP_FAILED}
+)

@@ -10,7 +10,8 @@
 - **-> executing**: the boot id is stored, then ``NodeProvider.execute``. Only the engine that
   made the move executes; its retry (after a transient error) skips the action when the boot id
   changed meanwhile (a power cycle never hits a host that came back); an execution nobody
-  finishes within the rejoin timeout fails;
+  finishes within the longer of the rejoin and hook timeouts (plus a minute) fails; the action
+  and the validation suite run off the loop (:mod:`medic.control.steps`);
 - **-> rejoining -> validating -> done / failed**: the return to service,
   :class:`medic.control.return_to_service.ReturnToService`.
 
@@ -29,11 +30,11 @@ from typing import Any
 from medic.config.settings import RepairSettings
 from medic.control.evacuate import Evacuation
 from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
-from medic.control.return_to_service import OUT_OF_SERVICE, ReturnToService, foreign
+from medic.control.return_to_service import ReturnToService, foreign
 from medic.control.steps import Steps
 from medic.control.validation import VALIDATION_ALERT, Validator
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import Job, NodeState
+from medic.domain.cluster import OUT_OF_SERVICE, Job, NodeState
 from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import (
     AlertSource,
@@ -48,7 +49,7 @@ from medic.domain.repairs import (
 )
 from medic.errors import ConflictError, MedicError, NotFoundError, PermanentError
 from medic.policy.guards import RULE_BUDGET, RULE_EVIDENCE, has_evidence, within_budget
-from medic.policy.waiting import deadline, running_jobs, wait_decision
+from medic.policy.waiting import RULE_WAIT_TIMEOUT, deadline, running_jobs, wait_decision
 from medic.ports import NodeProvider, Scheduler
 
 __all__ = ["Lifecycle", "PassView"]
@@ -60,6 +61,8 @@ _TAKEOVER_SECONDS = 120.0
 
 S = RepairState
 _BUSY = frozenset({NodeState.DRAINING, NodeState.ALLOCATED, NodeState.MIXED})
+_POLLED = {"execute": S.EXECUTING, "validate": S.VALIDATING}
+"""The background steps and the state their repair is in while they run."""
 """A node in one of these states runs jobs, whether medic watches them or not."""
 
 
@@ -125,6 +128,13 @@ class Lifecycle:
                 return moved
             repair = moved
         return repair
+
+    def begin_pass(self, view: PassView) -> None:
+        """Before the pass's steps: a fresh settle budget, and the background steps whose
+        repair moved on without this engine abandoned (audited)."""
+        self.steps.begin_pass()
+        states = {r.id: r.state for r in view.open_repairs}
+        self.steps.abandon(lambda repair_id, step: states.get(repair_id) is _POLLED.get(step))
 
     def sweep(self, view: PassView) -> None:
         """Lift medic's drains left behind by finished or cancelled repairs, releasing the jobs
@@ -259,8 +269,18 @@ class Lifecycle:
         )
         now = self._now()
         decision = wait_decision(repair, node_jobs, view.policy, now, saved)
-        if not decision.proceed or self._hidden_jobs(repair, view, node_jobs, now):
+        if not decision.proceed:
             return repair
+        hidden = self._hidden_jobs(repair, view, node_jobs)
+        if hidden is not None:
+            until = repair.wait_deadline or deadline(repair.approved_at, view.policy)
+            if until is None or now < until:
+                return repair  # they hold the repair like visible jobs
+            why = (
+                f"jobs medic does not watch still run on {repair.node} ({hidden.value}) at the "
+                "wait deadline: they end with the repair"
+            )
+            decision = decision._replace(timed_out=True, reason=why, rule=RULE_WAIT_TIMEOUT)
         jobs = decision.interrupted_jobs
         update = RepairUpdate(interrupted_jobs=jobs) if jobs else None
         extra = {"timed_out": decision.timed_out, "interrupted_jobs": list(jobs)}
@@ -282,16 +302,13 @@ class Lifecycle:
         return moved
 
     @staticmethod
-    def _hidden_jobs(
-        repair: Repair, view: PassView, node_jobs: Sequence[Job], now: datetime
-    ) -> bool:
-        """The scheduler says jobs medic does not watch (not opted in) still run on the node
-        (draining, or still allocated): hold like for a visible job, until the wait deadline."""
+    def _hidden_jobs(repair: Repair, view: PassView, node_jobs: Sequence[Job]) -> NodeState | None:
+        """The node's state when the scheduler says jobs medic does not watch (not opted in)
+        still run there (draining, or still allocated), else None."""
         node = view.nodes.get(repair.node)
         if node is None or node.state not in _BUSY or running_jobs(node_jobs):
-            return False
-        until = repair.wait_deadline or deadline(repair.approved_at, view.policy)
-        return until is None or now < until
+            return None
+        return node.state
 
     def _checkpointed(self, repair: Repair, running: Sequence[Job]) -> bool:
         """True when every running job on the node saved a checkpoint since the wait began."""

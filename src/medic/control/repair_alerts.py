@@ -280,6 +280,15 @@ def scheduler_alert(node: Node, cluster: ClusterName, now: datetime) -> Alert | 
     return replace(alert, mapped_action=mapped_action(alert))
 
 
+def _answered(store: RepairStores, request: RepairRequest) -> bool:
+    """The request names a repair that has ended: a node comment left in place after its repair
+    is that same request, not a new one, and is not audited again every hour."""
+    if not request.request_id:
+        return False
+    found = store.find_repair(request.cluster, request.requested_by, request.request_id)
+    return found is not None and found.state.is_terminal
+
+
 def submit_drain_requests(
     store: RepairStores,
     parse: DrainRequests,
@@ -298,7 +307,7 @@ def submit_drain_requests(
         except InputError as exc:
             intake.record_invalid_request(store, cluster, node.name, exc, view.now)
             continue
-        if request is None:
+        if request is None or _answered(store, request):
             continue
         with contextlib.suppress(MedicError):  # a refusal is audited by intake
             intake.submit_repair(

@@ -50,6 +50,7 @@ from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
+    OPEN_STATES,
     TERMINAL_STATES,
     Alert,
     AlertState,
@@ -67,7 +68,6 @@ logger = logging.getLogger(__name__)
 
 HISTORY = timedelta(days=10)
 """Repairs and alerts read each pass: escalation looks back 7 days, migration evidence 10."""
-_OPEN = frozenset(RepairState) - TERMINAL_STATES
 _CLOCK_SKEW = timedelta(minutes=1)
 """Margin for repairs another replica (with its own clock) created around our last read."""
 
@@ -151,7 +151,9 @@ class RepairEngine:
         firing_now = self._store.list_alerts(cluster=self._cluster, state=AlertState.FIRING)
         alerts = {(a.node, a.key): a for a in firing_now}
         fired = self._alerts.ingest(detections, alerts, now)
-        repairs = {r.id: r for r in self._store.list_repairs(cluster=self._cluster, states=_OPEN)}
+        repairs = {
+            r.id: r for r in self._store.list_repairs(cluster=self._cluster, states=OPEN_STATES)
+        }
         observed, resolved = self._alerts.observe(nodes, alerts, repairs.values(), now)
         fired += observed + self._alerts.notice(alerts, now)
         repairs |= self._finished_repairs(repairs, now)
@@ -159,7 +161,7 @@ class RepairEngine:
         for a in alerts.values():
             if a.state is AlertState.FIRING:
                 firing[a.node].append(a)
-        open_repairs = [r for r in repairs.values() if r.state in _OPEN]
+        open_repairs = [r for r in repairs.values() if r.state in OPEN_STATES]
         view = PassView(
             now=now,
             policy=self._store.get_repair_policy(self._cluster),
@@ -177,6 +179,7 @@ class RepairEngine:
             view.open_repairs = self._open()
         cancelled = self._recommender.auto_resolve(view)
         created = self._recommender.recommend(view, repairs)
+        self.lifecycle.begin_pass(view)
         for repair in list(view.open_repairs):
             if repair.state is not RepairState.PENDING_APPROVAL:
                 try:
@@ -212,7 +215,7 @@ class RepairEngine:
         return dict(self._finished)
 
     def _open(self) -> list[Repair]:
-        found = self._store.list_repairs(cluster=self._cluster, states=_OPEN)
+        found = self._store.list_repairs(cluster=self._cluster, states=OPEN_STATES)
         return sorted(found, key=lambda r: r.id)
 
     # ------------------------------------------------------------------ health

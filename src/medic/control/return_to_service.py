@@ -30,7 +30,7 @@ from medic.config.settings import RepairSettings
 from medic.control.steps import Steps
 from medic.control.validation import VALIDATION_ALERT, Validator, failure_alert, result_payload
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import NodeState, is_medic_reason
+from medic.domain.cluster import OUT_OF_SERVICE, REQUEST_PREFIX, is_medic_reason
 from medic.domain.repairs import (
     Repair,
     RepairAction,
@@ -161,9 +161,9 @@ class ReturnToService:
 
     def sweep(self, view: PassView, settle: Callable[[Repair], bool]) -> None:
         """Lift medic's drain left on a node whose repair is done (the engine that finished it
-        failed to resume it, or stopped right before) or was cancelled after the node was
-        drained; ``settle`` first releases the jobs a cancelled repair left held (False: not
-        yet, the drain stays until a later pass)."""
+        failed to resume it, or stopped right before; never a removal, which keeps the node out)
+        or was cancelled after the node was drained; ``settle`` first releases the jobs a
+        cancelled repair left held (False: not yet, the drain stays until a later pass)."""
         busy = {r.node for r in view.open_repairs}
         for node in view.nodes.values():
             found = _REPAIR_DRAIN.match(node.reason or "")
@@ -173,6 +173,7 @@ class ReturnToService:
             if (
                 repair is not None
                 and repair.state in (RepairState.DONE, RepairState.CANCELLED)
+                and repair.action is not RepairAction.REMOVE  # out for RMA: stays drained
                 and repair.node == node.name
                 and (view.now - repair.updated_at).total_seconds() > _SWEEP_GRACE_SECONDS
                 and (repair.state is RepairState.DONE or settle(repair))
@@ -227,9 +228,6 @@ class ReturnToService:
         return self._ops.fail(repair, view, "validation-failed", error)
 
 
-OUT_OF_SERVICE = (NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN)
-REQUEST_PREFIX = "medic-request:"
-"""A drain reason asking medic for a repair (``medic.schedulers.slurm.requests``)."""
 _REPAIR_DRAIN = re.compile(r"^medic: repair (\d+) ")
 _SWEEP_GRACE_SECONDS = 30.0
 

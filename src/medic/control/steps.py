@@ -7,10 +7,13 @@ power-cycle: up to ``repair.hook_timeout_seconds``) and the revalidation suite (
 job recovery for every job on the cluster while one node is rebuilt. :meth:`Steps.poll` starts
 such a step in a daemon thread and answers None while it runs; a later pass collects the result.
 
-The loop waits up to ``settle_seconds`` for a step it just started, so a quick one (the
-simulator, ``scontrol reboot``) finishes in the pass that started it and the lifecycle reads the
-same as before. A step's work must touch nothing the loop thread uses unsynchronised once that
-wait is over: hooks and validation commands only run processes.
+The loop waits for a step it just started, up to ``settle_seconds`` in all per pass (however
+many steps it starts), so a quick one (the simulator, ``scontrol reboot``) finishes in the pass
+that started it and the lifecycle reads the same as before. A step whose repair moved on
+without it (another replica took the repair over, or failed it) is abandoned at the next pass
+(:meth:`Steps.abandon`): audited as failed, so every started step has its end in the trail.
+A step's work must touch nothing the loop thread uses unsynchronised once that wait is over:
+hooks and validation commands only run processes.
 
 What runs lives only in this process: an engine that restarts mid-step finds the repair in its
 state with no owner, and the lifecycle's take-over rules decide (a power cycle is guarded by the
@@ -21,6 +24,7 @@ medic never waits for an operator's hook.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -43,6 +47,7 @@ class _Running:
     future: Future[Any]
     payload: dict[str, Any]
     started: datetime
+    repair: Repair
 
 
 class Steps:
@@ -54,14 +59,29 @@ class Steps:
         self._audit = audit
         self._now = clock
         self._settle = settle_seconds
+        self._settle_until = time.monotonic() + settle_seconds
         self._running: dict[tuple[int, str], _Running] = {}
+
+    def begin_pass(self) -> None:
+        """A new pass: it may again wait up to ``settle_seconds`` for steps it starts."""
+        self._settle_until = time.monotonic() + self._settle
+
+    def abandon(self, keep: Callable[[int, str], bool]) -> None:
+        """Forget the steps ``keep(repair_id, step)`` says nobody will collect (their repair
+        moved on), each audited as failed; their threads finish on their own."""
+        for key, running in list(self._running.items()):
+            if not keep(*key):
+                del self._running[key]
+                payload = {**running.payload, "error": "abandoned: the repair moved on"}
+                payload["permanent"] = False
+                self._audit(AuditKind.REPAIR_STEP_FAILED, running.repair, payload, self._now())
 
     def now(self, repair: Repair, step: str, work: Callable[[], T], **detail: Any) -> T:
         """Run ``work`` in this pass, audited before and after; re-raises its error."""
         payload, started = self._started(repair, step, detail), self._now()
         future: Future[T] = Future()
         _run_into(future, work)
-        self._finished(repair, _Running(future, payload, started))
+        self._finished(repair, _Running(future, payload, started, repair))
         return future.result()
 
     def poll(
@@ -80,9 +100,9 @@ class Steps:
                 name=f"medic-repair-{repair.id}-{step}",
                 daemon=True,
             )
-            running = self._running[key] = _Running(future, payload, self._now())
+            running = self._running[key] = _Running(future, payload, self._now(), repair)
             thread.start()
-            wait([future], timeout=self._settle)
+            wait([future], timeout=max(0.0, self._settle_until - time.monotonic()))
         if not running.future.done():
             return None
         del self._running[key]

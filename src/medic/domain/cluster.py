@@ -71,6 +71,13 @@ class Mode(enum.StrEnum):
     ACT = "act"
 
 
+REQUEST_PREFIX = "medic-request:"
+"""A drain reason or node comment asking medic for a repair (``medic.schedulers.slurm.requests``);
+a drain with it was handed to medic by whoever wrote it."""
+OUT_OF_SERVICE = frozenset({NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN})
+"""Node states in which no new work is placed."""
+
+
 def is_medic_reason(reason: str | None) -> bool:
     """True when a drain/down reason was set by medic (``medic:`` prefix), i.e. ours to undo."""
     return bool(reason) and reason is not None and reason.startswith(MEDIC_REASON_PREFIX)

@@ -105,6 +105,8 @@ class RepairState(enum.StrEnum):
 TERMINAL_STATES = frozenset(
     {RepairState.DONE, RepairState.FAILED, RepairState.CANCELLED, RepairState.REJECTED}
 )
+OPEN_STATES = frozenset(RepairState) - TERMINAL_STATES
+"""A repair in one of these still holds its node (one open repair per node)."""
 
 _S = RepairState
 TRANSITIONS: dict[RepairState, frozenset[RepairState]] = {

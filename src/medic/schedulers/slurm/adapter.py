@@ -19,7 +19,15 @@ import time
 from collections.abc import Sequence
 
 from medic.config.settings import SlurmSettings
-from medic.domain.cluster import MEDIC_REASON_PREFIX, Job, Node, NodeState, is_medic_reason
+from medic.domain.cluster import (
+    MEDIC_REASON_PREFIX,
+    OUT_OF_SERVICE,
+    REQUEST_PREFIX,
+    Job,
+    Node,
+    NodeState,
+    is_medic_reason,
+)
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.repairs import RepairAction
 from medic.errors import AdapterError, NotFoundError, PermanentError
@@ -32,7 +40,6 @@ from medic.schedulers.slurm.normalise import (
     normalise_nodes,
 )
 from medic.schedulers.slurm.records import CanonicalJob, CanonicalNode
-from medic.schedulers.slurm.requests import REQUEST_PREFIX
 from medic.schedulers.slurm.runner import CommandRunner
 
 __all__ = [
@@ -54,7 +61,6 @@ which keeps ended jobs for ``MinJobAge``, 300 s by default)."""
 _JOB_ID = re.compile(r"^\d+(_\d+)?(\+\d+)?$")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ACCOUNTING_OFF = "accounting storage is disabled"
-_OUT_OF_SERVICE = (NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN)
 _REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 _VALIDATION_FAILED = "medic: validation failed"
 """A drain reason of node repair that names the hardware ticket: it replaces medic's earlier one."""
@@ -112,7 +118,7 @@ class _NodeReader:
     def out_of_service(record: CanonicalNode) -> bool:
         """Drained, draining or down (DRAIN and FAIL flags count on a busy node too)."""
         state = convert.node_state(record["state"], record["flags"])
-        return state in _OUT_OF_SERVICE or bool({"DRAIN", "FAIL"} & set(record["flags"]))
+        return state in OUT_OF_SERVICE or bool({"DRAIN", "FAIL"} & set(record["flags"]))
 
     def refuse_foreign(self, node: NodeName, record: CanonicalNode, action: str) -> None:
         """Raise ``PermanentError`` when someone other than medic drained or downed the node.

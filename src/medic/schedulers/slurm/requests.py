@@ -33,14 +33,13 @@ from __future__ import annotations
 import hashlib
 import re
 
-from medic.domain.cluster import Node
+from medic.domain.cluster import REQUEST_PREFIX, Node
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import RepairAction, RepairRequest, RequesterKind
 from medic.errors import InputError
 
 __all__ = ["REQUEST_PREFIX", "SLURM_OPERATOR", "parse_request", "request_id_for"]
 
-REQUEST_PREFIX = "medic-request:"
 SLURM_OPERATOR = "slurm-operator"
 """``requested_by`` of a person's request from a drain reason (Slurm does not say who)."""
 DRAIN_ALERT_KEY = "slurm:drain"

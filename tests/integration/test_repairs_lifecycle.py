@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from medic.config.settings import RepairSettings
 from medic.control import intake, repair_decisions
+from medic.control.repairs import RepairEngine
 from medic.domain.advice import AdviceAction
-from medic.domain.audit import AuditKind, SubjectType
-from medic.domain.cluster import JobState, Mode, NodeState
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
+from medic.domain.cluster import Job, JobState, Mode, NodeState
 from medic.domain.diagnosis import Severity
 from medic.domain.faults import FaultKind
-from medic.domain.ids import NodeName
+from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import (
     Alert,
     AlertSource,
@@ -31,10 +35,13 @@ from medic.domain.repairs import (
     WaitMode,
 )
 from medic.errors import TransientError
+from medic.ports import Clock, Scheduler
+from medic.schedulers.hooks import run_command
 from medic.schedulers.sim import SimNodeProvider
+from medic.schedulers.slurm.adapter import is_opted_in
 
-from .conftest import CLUSTER, MakeHarness
-from .test_repairs_rig import LIFECYCLE, XID79, rig
+from .conftest import CLUSTER, MakeHarness, RecordingScheduler
+from .test_repairs_rig import LIFECYCLE, XID79, Rig, replace_engine, rig
 
 MANUAL = RepairPolicy(cooldown_seconds=0)
 """Approve before repair (the default), no cooldown."""
@@ -387,3 +394,134 @@ def test_without_an_executor_a_reset_becomes_a_reboot_and_nothing_else_touches_t
     failed = r.run_until_state("node005", RepairState.FAILED, within=10)
     assert "repair.reprovision_command" in (failed.error or "")
     assert h.scheduler.names("node005") == [], "never drained"
+
+
+OPTED_IN = json.dumps({"medic": {}})
+"""A job comment that opts the job in: medic watches it (``slurm.opt_in``)."""
+
+
+class _Slurmish(RecordingScheduler):
+    """The recording proxy, listing jobs as Slurm does with ``slurm.opt_in``: only the jobs that
+    opted in (the node still shows a job medic does not watch: allocated, or draining). And
+    ``before_drain`` runs once just before the next drain reaches the cluster: a job starting
+    between the pass's listing and medic's drain of the node."""
+
+    def __init__(self, inner: Scheduler, clock: Clock) -> None:
+        super().__init__(inner, clock)
+        self.before_drain: Callable[[], object] | None = None
+
+    def list_jobs(self) -> Sequence[Job]:
+        return [j for j in super().list_jobs() if is_opted_in(j.comment)]
+
+    def drain_node(self, node: NodeName, reason: str) -> None:
+        started, self.before_drain = self.before_drain, None
+        if started is not None:
+            started()
+        super().drain_node(node, reason)
+
+
+def _slurmish(r: Rig) -> _Slurmish:
+    """Puts medic (a fresh loop and engine) on a :class:`_Slurmish` proxy of the simulator."""
+    h = r.h
+    scheduler = _Slurmish(h.sim.scheduler, h.clock)
+    h.scheduler = scheduler
+    engine = RepairEngine(
+        store=h.store,
+        scheduler=scheduler,
+        provider=h.sim.node_provider,
+        clock=h.clock,
+        settings=RepairSettings(rejoin_timeout_seconds=120),
+        metrics=r.metrics,
+        validation_runner=run_command,
+    )
+    h.loop = replace_engine(r, engine)
+    return scheduler
+
+
+def _to_draining(r: Rig, repair_id: int) -> AuditEvent:
+    return next(
+        e
+        for e in r.events(AuditKind.REPAIR_TRANSITION)
+        if e.payload["repair_id"] == repair_id and e.payload["to"] == "draining"
+    )
+
+
+@pytest.mark.parametrize("started", ["before the fault", "between the listing and the drain"])
+def test_a_job_medic_does_not_watch_holds_the_repair_until_the_deadline(
+    make_harness: MakeHarness, started: str
+) -> None:
+    """docs/node-repair.md, *Wait for idle*: jobs the scheduler shows on the node but medic does
+    not watch (not opted in) hold the repair like visible ones, until the deadline. One that
+    started after the cordoning pass's listing is seen only from the next pass's (the node
+    draining, a job on it): the cordoning pass must not decide the wait."""
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=0)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    h = r.h
+    scheduler = _slurmish(r)
+    node = "node007"  # p1 is empty: a one-node job there starts on node007
+    if started == "before the fault":
+        job = h.submit("unwatched", partition="p1", num_nodes=1)
+        h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
+    else:
+        submitted: list[JobId] = []
+        scheduler.before_drain = lambda: submitted.append(
+            h.submit("unwatched", partition="p1", num_nodes=1)
+        )
+    assert h.scheduler.list_jobs() == [], "medic sees no job anywhere"
+    r.kernel(node)
+    h.run_until(lambda: bool(r.repairs(node)), within=5, step=0.5)
+    if started != "before the fault":
+        (job,) = submitted
+    assert h.job(job).nodes == (node,)
+    assert h.job(job).state is JobState.RUNNING, "not rebooted in the pass that cordoned"
+    h.run(5.0, step=0.5)  # ten passes, still before the deadline
+    waiting = r.repair(node)
+    assert waiting.state is RepairState.WAITING_FOR_IDLE, r.transitions(waiting.id)
+    assert r.node(node) == (NodeState.DRAINING, f"medic: repair {waiting.id} reboot")
+    assert h.sim.repairs == [] and h.job(job).state is JobState.RUNNING
+
+    # the deadline passes: the repair takes the node; the job ends with the reboot (medic
+    # cannot move a job it does not see)
+    done = r.run_until_state(node, RepairState.DONE, within=60)
+    to_draining = _to_draining(r, done.id)
+    assert (to_draining.payload["rule"], to_draining.payload["timed_out"]) == ("wait-timeout", True)
+    assert waiting.wait_deadline is not None and to_draining.time >= waiting.wait_deadline
+    assert done.interrupted_jobs == () and h.scheduler.names(job) == []
+    assert [(n, a) for n, a, *_ in h.sim.repairs] == [(node, RepairAction.REBOOT)]
+    assert h.job(job).state is JobState.NODE_FAIL
+
+
+def test_a_job_started_between_the_listing_and_the_drain_holds_the_repair(
+    make_harness: MakeHarness,
+) -> None:
+    """The pass that cordons read its listing before the drain; a job the scheduler started in
+    between is in the next pass's listing, which decides the wait: the job is waited for, then
+    interrupted at the deadline (recorded) and moved off, never killed by the reboot."""
+    policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=0)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    h = r.h
+    scheduler = _slurmish(r)
+    node = "node007"  # p1 is empty: a one-node job there starts on node007
+    submitted: list[JobId] = []
+    scheduler.before_drain = lambda: submitted.append(
+        h.submit("pretrain", partition="p1", num_nodes=1, comment=OPTED_IN)
+    )
+    r.kernel(node)
+    h.run_until(lambda: bool(r.repairs(node)), within=5, step=0.5)
+    (job,) = submitted
+    assert h.job(job).nodes == (node,)
+    assert h.job(job).state is JobState.RUNNING, "not rebooted in the pass that cordoned"
+    h.run(5.0, step=0.5)  # ten passes, still before the deadline
+    waiting = r.repair(node)
+    assert waiting.state is RepairState.WAITING_FOR_IDLE, r.transitions(waiting.id)
+    assert h.sim.repairs == [] and h.job(job).state is JobState.RUNNING
+
+    done = r.run_until_state(node, RepairState.DONE, within=60)
+    assert done.interrupted_jobs == (job,)
+    to_draining = _to_draining(r, done.id)
+    assert to_draining.payload["rule"] == "wait-timeout"
+    assert waiting.wait_deadline is not None and to_draining.time >= waiting.wait_deadline
+    assert h.scheduler.names(job) == ["requeue_hold", "set_excluded_nodes", "release"]
+    assert h.job(job).state is not JobState.NODE_FAIL and node in h.job(job).excluded_nodes
+    h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=30)
+    assert node not in h.job(job).nodes and h.job(job).restart_count == 1

@@ -14,8 +14,8 @@ from medic.control import repair_decisions
 from medic.control.lifecycle import PassView
 from medic.control.repairs import RepairEngine
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import JobState, Mode, NodeState
-from medic.domain.ids import NodeName
+from medic.domain.cluster import Job, JobState, Mode, NodeState
+from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import RepairAction, RepairPolicy, RepairState
 from medic.schedulers.hooks import run_command
 
@@ -141,21 +141,45 @@ def test_a_medic_killed_between_hold_and_release_releases_the_job_after_restart(
 
 
 def test_a_hold_the_trail_does_not_attribute_to_the_repair_is_left_alone(
-    make_harness: MakeHarness,
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     policy = RepairPolicy(auto_xids=frozenset({79}), max_wait_seconds=10, cooldown_seconds=0)
-    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)
+    r = rig(make_harness, policy=policy, mode=Mode.OBSERVE)  # the job stays until the repair
     h = r.h
     job = h.submit("pretrain", partition="p1")
     h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=10)
     node = h.job(job).nodes[0]
     r.kernel(node)
     r.run_until_state(node, RepairState.WAITING_FOR_IDLE, within=5)
-    h.sim.scheduler.requeue_hold(job)  # a person holds it first, outside medic
+
+    def killed(job_id: JobId) -> Job:
+        raise Crash(f"killed before reading {job_id}")
+
+    # killed right after the wait decision, at the drain step's first read of the job: before
+    # the requeue-hold's step is audited (a crash_before on the requeue-hold comes after it, and
+    # the trail would then rightly say the hold may be medic's)
+    monkeypatch.setattr(h.scheduler, "get_job", killed)
+    with pytest.raises(Crash):
+        h.run(30.0, step=0.5)
+    draining = r.repair(node)
+    assert draining.state is RepairState.DRAINING
+    assert draining.interrupted_jobs == (job,), "the job ran when the wait was decided"
+    assert h.job(job).state is JobState.RUNNING and h.scheduler.names(job) == []
+    assert not [e for e in r.events(AuditKind.REPAIR_STEP_STARTED) if e.payload.get("job")]
+
+    # medic is down; a person holds the job (on the cluster, not through medic)
+    h.sim.scheduler.requeue_hold(job)
+    assert h.job(job).state is JobState.PENDING and h.job(job).held
+
+    # a new medic process takes the drain over: the job is an interrupted job of the repair, held,
+    # but the trail has no requeue-hold of it by this repair
+    monkeypatch.undo()
     h.loop = replace_engine(r, _twin(r))
-    r.run_until_state(node, RepairState.DONE, within=300)
-    assert h.scheduler.names(job) == [], "medic never released someone else's hold"
-    assert h.job(job).held
+    done = r.run_until_state(node, RepairState.DONE, within=300)
+    assert done.id == draining.id and done.interrupted_jobs == (job,)
+    assert h.scheduler.names(job) == [], "medic never released (or touched) someone else's hold"
+    assert h.job(job).state is JobState.PENDING and h.job(job).held
+    assert not [e for e in r.events(AuditKind.REPAIR_STEP_STARTED) if e.payload.get("job")]
 
 
 def test_a_repair_cancelled_after_the_drain_gives_the_node_back(

@@ -105,11 +105,20 @@ def test_a_quick_step_started_with_poll_finishes_within_the_settle_wait() -> Non
 
 
 @pytest.mark.parametrize(
-    ("error", "permanent"),
-    [(TransientError("BMC timeout"), False), (ValueError("bug"), False)],
+    ("error", "recorded", "permanent"),
+    [
+        pytest.param(TransientError("BMC timeout"), "BMC timeout", False, id="transient"),
+        pytest.param(
+            PermanentError("no such node in the BMC inventory"),
+            "no such node in the BMC inventory",
+            True,
+            id="permanent",
+        ),
+        pytest.param(ValueError("bug"), "ValueError: bug", False, id="bug"),
+    ],
 )
 def test_a_failed_slow_step_is_audited_and_raised_when_collected(
-    error: Exception, permanent: bool
+    error: Exception, recorded: str, permanent: bool
 ) -> None:
     steps, events = _steps(settle=5.0)
 
@@ -118,8 +127,17 @@ def test_a_failed_slow_step_is_audited_and_raised_when_collected(
 
     finished = steps.poll(REPAIR, "validate", hook)
     assert finished is not None
-    with pytest.raises(type(error)):
+    with pytest.raises(type(error)) as raised:
         finished.result()
-    kind, payload = events[-1]
-    assert kind is AuditKind.REPAIR_STEP_FAILED and payload["permanent"] is permanent
-    assert "BMC timeout" in payload["error"] or payload["error"] == "ValueError: bug"
+    assert raised.value is error
+    assert [k for k, _ in events] == [
+        AuditKind.REPAIR_STEP_STARTED,
+        AuditKind.REPAIR_STEP_FAILED,
+    ]
+    assert events[-1][1] == {
+        "repair_id": 7,
+        "step": "validate",
+        "error": recorded,
+        "permanent": permanent,
+    }
+    assert not steps.running(REPAIR, "validate"), "collected once"

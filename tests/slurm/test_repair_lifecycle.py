@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from medic.config.settings import (
+    RebootNextState,
     RepairSettings,
     SchedulerSettings,
     Settings,
@@ -27,6 +28,7 @@ from medic.domain.audit import AuditKind
 from medic.domain.cluster import Mode, NodeState
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import AlertState, RepairAction, RepairPolicy, RepairState
+from medic.errors import MedicError
 from medic.schedulers.hooks import HookNodeProvider, run_command
 from medic.schedulers.slurm import LocalRunner, SlurmLogSource, SlurmNodeProvider, SlurmScheduler
 from medic.store import SqlStore, create_store
@@ -66,12 +68,19 @@ def idle(slurm: SlurmEnv) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("idle")
+@pytest.mark.parametrize("nextstate", list(RebootNextState))
 def test_an_xid_79_line_reboots_the_node_through_slurm(
-    slurm_cluster: LocalSlurm, slurm: SlurmEnv, store: SqlStore
+    slurm_cluster: LocalSlurm, slurm: SlurmEnv, store: SqlStore, nextstate: RebootNextState
 ) -> None:
+    """With ``nextstate=DOWN`` the node may come back DOWN and held for medic (with this
+    cluster's ``ReturnToService=2`` slurmd may also bring it back first): either way medic
+    sees it back and returns it to service itself."""
     template = str(slurm_cluster.kernel_log("node1").parent / "{node}.log")
     slurm_settings = SlurmSettings(
-        slurm_conf=str(slurm.slurm_conf), command_timeout_seconds=30, kernel_log_template=template
+        slurm_conf=str(slurm.slurm_conf),
+        command_timeout_seconds=30,
+        kernel_log_template=template,
+        reboot_nextstate=nextstate,
     )
     settings = Settings(
         scheduler=SchedulerSettings(kind="slurm", cluster=CLUSTER, mode=Mode.ACT),
@@ -125,7 +134,15 @@ def test_an_xid_79_line_reboots_the_node_through_slurm(
         "auto:xid:79",
         "auto",
     )
-    assert repair.boot_id == boot and provider.boot_id(NODE) != boot  # it really rebooted
+    assert repair.boot_id == boot
+
+    def rebooted() -> bool:  # slurmd may briefly report no BootTime right after a resume
+        try:
+            return provider.boot_id(NODE) != boot
+        except MedicError:
+            return False
+
+    wait_for("node2 to report a new boot time", rebooted, timeout=30)  # it really rebooted
     assert RepairState.EXECUTING in seen or RepairState.REJOINING in seen
 
     # the node is back in service: idle, no drain, no reboot pending

@@ -112,6 +112,14 @@ class SlurmRunner(enum.StrEnum):
     SSH = "ssh"
 
 
+class RebootNextState(enum.StrEnum):
+    """What Slurm does with a node medic rebooted, once it is back (``scontrol reboot
+    nextstate=``)."""
+
+    RESUME = "resume"
+    DOWN = "down"
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmSettings:
     runner: SlurmRunner = SlurmRunner.LOCAL
@@ -137,6 +145,11 @@ class SlurmSettings:
     (e.g. ``/var/log/nodes/{node}/kern.log``); empty: kernel logs are not read."""
     opt_in: bool = True
     """Only watch jobs whose comment carries a ``"medic"`` section."""
+    reboot_nextstate: RebootNextState = RebootNextState.RESUME
+    """State of a node medic rebooted once it is back: ``resume`` (Slurm returns it to service,
+    and medic drains it again when revalidation is due: a job may start in between) or ``down``
+    (it stays DOWN until medic returns it, after revalidation when due: no job in between;
+    needs ``ReturnToService`` 0 or 1 in slurm.conf, since with 2 slurmd brings it back)."""
 
 
 @dataclass(frozen=True, slots=True)

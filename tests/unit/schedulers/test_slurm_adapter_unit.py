@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from medic.config.settings import SlurmSettings
+from medic.config.settings import RebootNextState, SlurmSettings
 from medic.domain.cluster import JobState, NodeState
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.repairs import RepairAction
@@ -328,6 +329,28 @@ def test_reboot_asap_with_resume_and_medic_reason() -> None:
         "reason=medic: xid 79",
         "node2",
     ]
+
+
+def test_nextstate_down_keeps_a_rebooted_node_out_until_medic_returns_it() -> None:
+    down = SlurmSettings(reboot_nextstate=RebootNextState.DOWN)
+    script = Script().on("scontrol", "show", result=node_out()).on("scontrol", "reboot")
+    SlurmNodeProvider(script, down).reboot(NodeName("node2"), "xid 79")
+    assert script.calls[-1][3] == "nextstate=DOWN"
+
+    before = "node2@" + str(int(datetime(2026, 1, 1, tzinfo=UTC).timestamp()))
+
+    def rejoined(settings: SlurmSettings, state: str, reason: str) -> bool:
+        script = Script().on("scontrol", result=node_out(state=state, reason=reason))
+        provider = SlurmNodeProvider(script, settings)
+        return provider.rejoined(NodeName("node2"), RepairAction.REBOOT, before)
+
+    ours = "medic: repair 4 reboot"
+    # back, held DOWN for medic (a new BootTime): rejoined, and only under nextstate=DOWN
+    assert rejoined(down, "DOWN", ours)
+    assert not rejoined(SlurmSettings(), "DOWN", ours)
+    assert not rejoined(down, "DOWN", "admin: bad PSU"), "someone else's DOWN is not back"
+    assert not rejoined(down, "DOWN+NOT_RESPONDING", ours), "not answering is not back"
+    assert rejoined(down, "IDLE+DRAIN", ours), "ReturnToService=2 brought it back: fine too"
 
 
 def test_slurm_reboots_and_removes_by_itself_and_needs_hooks_for_the_rest() -> None:

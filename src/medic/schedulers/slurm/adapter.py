@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Sequence
 
-from medic.config.settings import SlurmSettings
+from medic.config.settings import RebootNextState, SlurmSettings
 from medic.domain.cluster import (
     MEDIC_REASON_PREFIX,
     OUT_OF_SERVICE,
@@ -284,17 +284,19 @@ class SlurmNodeProvider:
 
     ``execute`` does ``reboot``, and ``remove`` by leaving the node drained; every other repair
     action needs an operator hook (``medic.schedulers.hooks``; without one ``can`` is False and
-    ``execute`` raises ``PermanentError``). ``rejoined``: the node
-    is not DOWN, has no reboot pending or issued, and, after a reboot-like action, a new
-    ``BootTime``.
+    ``execute`` raises ``PermanentError``). ``rejoined``: the node answers (not
+    NOT_RESPONDING), has no reboot pending or issued, is not DOWN (unless held DOWN for medic,
+    below), and, after a reboot-like action, has a new ``BootTime``.
 
     ``reboot`` asks Slurm to reboot the node as soon as its jobs end (``ASAP`` drains it
-    meanwhile, with medic's reason) and to return it to service after (``nextstate=RESUME``);
+    meanwhile, with medic's reason) and what to do after (``nextstate=``, resume by default);
     the cluster's ``RebootProgram`` does the work (``PermanentError`` when none is configured).
-    Known gap: when the validation suite is due after the reboot, Slurm has resumed the node
-    before medic drains it again for the suite, so a job can start there in between (a reboot
+    With ``slurm.reboot_nextstate: resume`` (the default) Slurm has resumed the node before
+    medic drains it again for a revalidation, so a job can start there in between (a reboot
     without ``ASAP``/``nextstate`` does not keep the drain either: slurmd's registration clears
-    it, seen on Slurm 22.05; ``nextstate=DOWN`` would, at the price of a DOWN node).
+    it, seen on Slurm 22.05). ``down`` closes that window: the node comes back DOWN, with
+    medic's reason, and only medic returns it to service (with ``ReturnToService=2`` slurmd
+    brings it back by itself, so it helps only with 0 or 1).
     ``boot_id`` is the node's ``BootTime`` as slurmd reports it: it changes at every reboot (a
     slurmd restart without a reboot may move it by a second).
     """
@@ -302,13 +304,14 @@ class SlurmNodeProvider:
     def __init__(self, runner: CommandRunner, settings: SlurmSettings) -> None:
         self._cli = SlurmCli(runner, timeout=settings.command_timeout_seconds)
         self._nodes = _NodeReader(self._cli)
+        self._nextstate = settings.reboot_nextstate
 
     def reboot(self, node: NodeName, reason: str) -> None:
         record = self._nodes.read(node)
         self._nodes.refuse_foreign(node, record, "reboot")
         if _REBOOTING & set(record["flags"]):
             return  # already on its way
-        argv = ["scontrol", "reboot", "ASAP", "nextstate=RESUME"]
+        argv = ["scontrol", "reboot", "ASAP", f"nextstate={self._nextstate.value.upper()}"]
         self._cli.run([*argv, f"reason={_medic_reason(reason)}", record["name"]])
 
     def boot_id(self, node: NodeName) -> str:
@@ -336,7 +339,13 @@ class SlurmNodeProvider:
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
         record = self._nodes.read(node)
         flags = set(record["flags"])
-        if convert.node_state(record["state"], flags) is NodeState.DOWN or flags & _REBOOTING:
+        if flags & (_REBOOTING | {"NOT_RESPONDING"}):
+            return False
+        # With nextstate=DOWN a rebooted node comes back DOWN with medic's reason: that is the
+        # node back and held for medic (a new BootTime below tells it rebooted); any other
+        # DOWN is not back.
+        held = self._nextstate is RebootNextState.DOWN and is_medic_reason(record["reason"])
+        if convert.node_state(record["state"], flags) is NodeState.DOWN and not held:
             return False
         if boot_id_before is None or action in (RepairAction.RESET_GPU, RepairAction.REMOVE):
             return True

@@ -8,9 +8,6 @@ check)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,55 +16,16 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from medic.testing import FakeClock
+from medic.testing import FakeClock, LiveServer
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from medic.control.services import Services
 
 CLUSTER = "c1"
 
 
-def _bound(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    return sock
-
-
-class Server:
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        probe = _bound(0)
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="off", ws="none", http="h11"
-        )
-        self._server = uvicorn.Server(config)
-        sock = _bound(self.port)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.005)
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
-        self._server = self._thread = None
+Server = LiveServer
+"""The API served for real; ``stop()`` then ``start()`` serves it again on the same port."""
 
 
 TOKENS = {"agent": "detector", "nvsentinel": "detector", "viewer": "viewer"}

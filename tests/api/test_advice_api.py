@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from medic.api.advice import router as advice_router
 from medic.api.app import create_app
@@ -29,7 +26,7 @@ from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, NotFoundError, PermanentError, TransientError
 from medic.remote import MedicApiClient
-from medic.testing import FakeClock
+from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 from .auth_kit import bearer, grant
@@ -68,21 +65,6 @@ class Api:
         return self.services.store.publish_advice(request, self.clock.now())
 
 
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.005)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     db = tmp_path_factory.mktemp("advice-api") / "medic.db"
@@ -94,15 +76,15 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     app = create_app(services)
     if not any(getattr(r, "path", None) == "/api/v1/actions" for r in app.routes):
         app.include_router(advice_router)  # until create_app includes the advice router
-    server, thread, url = _serve(app)
+    server = LiveServer(app).start()
+    url = server.url
     token = grant(services.store, Role.CONTROLLER, CONTROLLER)
     http = httpx.Client(base_url=url, timeout=5.0, headers=bearer(token))
     client = MedicApiClient(url, timeout=5.0, token=token)
     yield Api(services, clock, url, http, client, itertools.count(1))
     client.close()
     http.close()
-    server.should_exit = True
-    thread.join(10)
+    server.stop()
     services.close()
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +19,6 @@ from typing import Any, cast
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -45,7 +42,7 @@ from medic.domain.repairs import (
     ValidationResult,
 )
 from medic.errors import PolicyViolation, SafetyBudgetExceeded
-from medic.testing import FakeClock
+from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 from .auth_kit import bearer, grant
@@ -131,21 +128,6 @@ class Api:
             self.store.transition_repair(repair_id, current.state, state, self.clock.now())
 
 
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.005)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 def _map_guardrail_errors(app: FastAPI) -> None:
     """Until ``medic.api.problems`` maps them: SafetyBudgetExceeded 409, PolicyViolation 403."""
     mapped = {cls for cls, _, _ in problems._STATUS}
@@ -190,15 +172,15 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     if not any(getattr(r, "path", None) == "/api/v1/repairs" for r in app.routes):
         app.include_router(repairs_router)  # until create_app includes the repairs router
     _map_guardrail_errors(app)
-    server, thread, url = _serve(app)
+    server = LiveServer(app).start()
+    url = server.url
     tokens = {name: grant(services.store, role, name) for name, role in TOKENS.items()}
     http = httpx.Client(base_url=url, timeout=10.0, headers=bearer(tokens["watcher"]))
     try:
         yield Api(services, clock, url, http, tokens)
     finally:
         http.close()
-        server.should_exit = True
-        thread.join(10)
+        server.stop()
         services.close()
 
 

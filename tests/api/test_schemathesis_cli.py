@@ -30,25 +30,21 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control.services import Services
 from medic.domain.auth import Role
 from medic.domain.faults import FaultKind
-from medic.testing import FakeClock
+from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 from .auth_kit import bearer, grant
@@ -141,26 +137,12 @@ def _cluster(url: str) -> tuple[Services, str]:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     services, token = _cluster(f"sqlite:///{tmp_path_factory.mktemp('st') / 'medic.db'}")
-    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets that say TCP, and without
-    # it every response waits ~40 ms on Nagle and delayed ACKs (body sent after the headers).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    # As ``medic serve`` runs it, less the loop thread: the clock is a FakeClock.
-    config = uvicorn.Config(create_app(services), log_level="warning", ws="none")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
+    # As ``medic serve`` runs it (lifespan included), less the loop thread: the clock is a
+    # FakeClock.
     try:
-        yield Live(f"http://127.0.0.1:{port}", token)
+        with LiveServer(create_app(services), lifespan="auto") as server:
+            yield Live(server.url, token)
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
         services.close()
 
 

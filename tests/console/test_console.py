@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -29,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
@@ -48,7 +45,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.testing import FakeClock
+from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 try:
@@ -170,21 +167,6 @@ def _populate(services: Services, clock: FakeClock) -> tuple[str, str, int, int]
     return fault.job_id, fault.node, medic_repair.id, user_repair.id
 
 
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 def _admin_token(services: Services) -> str:
     """An admin token from the token store (what ``medic tokens create --role admin`` does)."""
     from medic.api.auth import issue_token
@@ -227,7 +209,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     try:
         job, node, medic_repair, user_repair = _populate(services, clock)
         token = _admin_token(services)
-        server, thread, url = _serve(_app(services))
+        server = LiveServer(_app(services)).start()
+        url = server.url
         ticker.start()
         yield Console(url, token, services, job, node, medic_repair, user_repair)
     finally:
@@ -235,8 +218,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         if ticker.is_alive():
             ticker.join(10)
         if server is not None:
-            server.should_exit = True
-            thread.join(10)
+            server.stop()
         services.close()
 
 

@@ -11,7 +11,6 @@ controller acts). The controller drives the simulated scheduler through a
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +20,6 @@ from typing import Any
 
 import pytest
 import typer
-import uvicorn
 from typer.testing import CliRunner
 
 from api.auth_kit import grant
@@ -44,6 +42,7 @@ from medic.errors import ConfigError
 from medic.ports import Scheduler
 from medic.remote import MedicApiClient
 from medic.telemetry.metrics import NullMetrics
+from medic.testing import LiveServer
 
 from .conftest import CLUSTER, Crash, Harness, MakeHarness, RecordingScheduler
 
@@ -72,36 +71,12 @@ def services_of(h: Harness) -> Services:
     )
 
 
-class LiveApi:
+def _live_api(services: Services, port: int = 0) -> LiveServer:
     """The medic API served by uvicorn on 127.0.0.1 in a background thread (real HTTP)."""
-
-    def __init__(self, services: Services, port: int = 0) -> None:
-        app = create_app(services)
-        if not any(getattr(r, "path", None) == "/api/v1/actions" for r in app.routes):
-            app.include_router(advice_router)  # until create_app includes the advice router
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.005)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
+    app = create_app(services)
+    if not any(getattr(r, "path", None) == "/api/v1/actions" for r in app.routes):
+        app.include_router(advice_router)  # until create_app includes the advice router
+    return LiveServer(app, port=port).start()
 
 
 @dataclass
@@ -109,7 +84,7 @@ class Remote:
     """One harness, its API server and the remote controller's state directory."""
 
     h: Harness
-    api: LiveApi
+    api: LiveServer
     journal: Path
     token: str
     clients: list[MedicApiClient] = field(default_factory=list)
@@ -136,7 +111,7 @@ class Remote:
     def restart_api(self) -> None:
         """Stop the server, then serve the same store again on the same port."""
         self.api.stop()
-        self.api = LiveApi(services_of(self.h), port=self.api.port)
+        self.api = _live_api(services_of(self.h), port=self.api.port)
 
     def proxy(self, **crash: int | None) -> RecordingScheduler:
         return RecordingScheduler(self.h.sim.scheduler, self.h.clock, **crash)
@@ -156,7 +131,7 @@ class MakeRemote:
         h = self._make(mode=Mode.ACT)
         state = self._tmp / f"state-{len(self.made)}"
         token = grant(h.store, Role.CONTROLLER, CONTROLLER)
-        remote = Remote(h, LiveApi(services_of(h)), state / "journal-t.json", token)
+        remote = Remote(h, _live_api(services_of(h)), state / "journal-t.json", token)
         self.made.append(remote)
         return remote
 

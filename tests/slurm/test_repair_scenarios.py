@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import threading
 import time
 from collections import Counter
@@ -30,11 +29,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 import pytest
-import uvicorn
 
 from api.auth_kit import bearer, grant
 from medic.api.app import create_app
@@ -55,6 +53,7 @@ from medic.domain.repairs import (
 )
 from medic.store import SqlStore
 from medic.telemetry.metrics import PrometheusMetrics
+from medic.testing import LiveServer
 from medic.wiring import build
 
 from .conftest import check, job, node, sbatch, wait_for
@@ -399,35 +398,18 @@ def test_the_same_fault_after_two_reboots_climbs_to_a_reprovision_hook(
     _no_loop_errors(medic)
 
 
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.005)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[[Services], str]]:
     """``serve(services)``: the HTTP API over ``services`` on a free port; its base URL."""
-    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+    running: list[LiveServer] = []
 
     def start(services: Services) -> str:
-        server, thread, url = _serve(create_app(services))
-        running.append((server, thread))
-        return url
+        running.append(LiveServer(create_app(services)).start())
+        return running[-1].url
 
     yield start
-    for server, thread in running:
-        server.should_exit = True
-        thread.join(10)
+    for server in running:
+        server.stop()
 
 
 RACERS = 4

@@ -16,26 +16,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from medic.api.app import create_app
 from medic.api.auth import issue_token
-from medic.control.services import Services
 from medic.dev.slurm import LocalSlurm
 from medic.domain.actions import ActionKind, ActionStatus
 from medic.domain.advice import AdviceAction, Reconciliation
 from medic.domain.auth import Role
 from medic.domain.cluster import Mode
+from medic.testing import LiveServer
 
 from .conftest import Jobs, Sshd
 from .harness import ACT, OBSERVE, Medic, TrainingJob, poll, xid79_line
@@ -285,29 +282,6 @@ def test_observe_mode_advises_and_issues_no_scheduler_command(
 
 
 # ------------------------------------------------------------------------------------ remote
-class LiveApi:
-    """The medic API served by uvicorn on 127.0.0.1 in a background thread."""
-
-    def __init__(self, services: Services) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            create_app(services), log_level="warning", lifespan="off", ws="none", http="h11"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-        self._thread.start()
-        poll("uvicorn", lambda: self._server.started, timeout=10, every=0.02)
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
-
-
 def controller_config(cluster: LocalSlurm, sshd: Sshd, path: Path) -> Path:
     path.write_text(
         "scheduler:\n  kind: slurm\n"
@@ -328,7 +302,7 @@ def controller_token(engine: Medic) -> str:
 
 
 def start_controller(
-    config: Path, api: LiveApi, state: Path, sshd: Sshd, log: Path, token: str
+    config: Path, api: LiveServer, state: Path, sshd: Sshd, log: Path, token: str
 ) -> subprocess.Popen[bytes]:
     """``medic controller`` in act mode, its ``ssh`` being the sshd fixture's wrapper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MEDIC_"))}
@@ -363,7 +337,7 @@ def test_remote_controller_over_ssh_killed_between_hold_and_release(
 ) -> None:
     # The engine publishes act-mode advice; only the remote controller carries it out.
     engine = medic_factory(embedded_controller=False, **{"detect.hang_floor_seconds": 60.0})
-    api = LiveApi(engine.services)
+    api = LiveServer(create_app(engine.services)).start()
     config = controller_config(cluster, sshd, tmp_path / "controller.yaml")
     state, log = tmp_path / "controller", tmp_path / "controller.log"
     token = controller_token(engine)

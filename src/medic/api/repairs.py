@@ -34,6 +34,8 @@ principal's kind), else 403 ``forbidden``, audited as ``access-denied``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -186,6 +188,15 @@ def post_repair(
     return _counted(services, repair, None if created else repair)
 
 
+def _decided(
+    services: Services, repair_id: int, decide: Callable[[IntakeStore, datetime], Repair]
+) -> RepairOut:
+    """A person's decision on ``repair_id``, its answer counted like a request's."""
+    store = _store(services)
+    before = store.get_repair(repair_id)
+    return _counted(services, decide(store, services.clock.now()), before)
+
+
 def _counted(services: Services, repair: Repair, before: Repair | None) -> RepairOut:
     """The answer; a repair that entered a new state is counted in ``medic_repairs_total`` as
     the engine's own moves are (a repeated decision changes nothing and is not counted)."""
@@ -238,11 +249,13 @@ def approve(
     services = _services(request)
     body = body or ApproveIn()
     actor = _actor(principal, body.actor, body.actor_kind)
-    before = _store(services).get_repair(repair_id)
-    repair = approve_repair(
-        _store(services), repair_id, actor, services.clock.now(), body.action, reason=body.reason
+    return _decided(
+        services,
+        repair_id,
+        lambda store, now: approve_repair(
+            store, repair_id, actor, now, body.action, reason=body.reason
+        ),
     )
-    return _counted(services, repair, before)
 
 
 @router.post(
@@ -255,11 +268,11 @@ def reject(
     services = _services(request)
     body = body or DecisionIn()
     actor = _actor(principal, body.actor, body.actor_kind)
-    before = _store(services).get_repair(repair_id)
-    repair = reject_repair(
-        _store(services), repair_id, actor, services.clock.now(), reason=body.reason
+    return _decided(
+        services,
+        repair_id,
+        lambda store, now: reject_repair(store, repair_id, actor, now, reason=body.reason),
     )
-    return _counted(services, repair, before)
 
 
 @router.post(
@@ -272,11 +285,11 @@ def cancel(
     services = _services(request)
     body = body or DecisionIn()
     actor = _actor(principal, body.actor, body.actor_kind)
-    before = _store(services).get_repair(repair_id)
-    repair = cancel_repair(
-        _store(services), repair_id, actor, services.clock.now(), reason=body.reason
+    return _decided(
+        services,
+        repair_id,
+        lambda store, now: cancel_repair(store, repair_id, actor, now, reason=body.reason),
     )
-    return _counted(services, repair, before)
 
 
 @router.put(
@@ -288,11 +301,13 @@ def put_action(
     """A person changes the action of a pending repair without approving it."""
     services = _services(request)
     actor = _actor(principal, body.actor, body.actor_kind)
-    before = _store(services).get_repair(repair_id)
-    repair = change_action(
-        _store(services), repair_id, actor, body.action, services.clock.now(), reason=body.reason
+    return _decided(
+        services,
+        repair_id,
+        lambda store, now: change_action(
+            store, repair_id, actor, body.action, now, reason=body.reason
+        ),
     )
-    return _counted(services, repair, before)
 
 
 # --- policy and breaker --------------------------------------------------------------------------

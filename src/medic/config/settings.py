@@ -88,6 +88,9 @@ class DetectSettings:
     settle_seconds: float = 0.5
     """Seconds to wait after the first fatal detection of an attempt for evidence from other
     nodes before attributing; the earliest root cause still wins."""
+    node_failure_wait_seconds: float = 60.0
+    """Longest wait, while a node of a running job is only not responding, for the scheduler to
+    declare it down and end the job itself (Slurm: ``SlurmdTimeout``) before medic acts."""
 
 
 @dataclass(frozen=True, slots=True)

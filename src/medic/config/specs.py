@@ -110,6 +110,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "detect.straggler_drop": FRACTION,
     "detect.straggler_seconds": POSITIVE,
     "detect.settle_seconds": NON_NEGATIVE,
+    "detect.node_failure_wait_seconds": NON_NEGATIVE,
     "policy.max_attempts_without_progress": COUNT,
     "loop.interval_seconds": POSITIVE,
     "loop.error_backoff_seconds": NON_NEGATIVE,

@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 _PROGRESS_SAVE_SECONDS = 5.0
 _ENDED_BADLY = (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT)
+_RAN = (JobState.RUNNING, JobState.COMPLETED, JobState.PREEMPTED, *_ENDED_BADLY)
+"""States an attempt reaches only by running (COMPLETING and CANCELLED may be a queued job's)."""
 _KERNEL_LAG_SECONDS = 30.0
 """How long after an attempt ended badly a kernel line on its nodes still counts as its evidence
 (while its failure is not decided)."""
@@ -150,10 +152,17 @@ class JobEvaluator:
                 attempt=job.restart_count,
                 mode=effective_mode(self._stored_mode(job), options),
                 max_attempts_without_progress=options.max_attempts_without_progress,
+                # First seen already past its queue: its lines are its own.
+                started=job.state not in (JobState.PENDING, JobState.UNKNOWN),
             )
             self._watches[job.id] = self._resume(watch)
         elif job.restart_count > watch.attempt:
-            self._save_progress(job, watch, self._clock.now(), force=True)
+            now = self._clock.now()
+            self._save_progress(job, watch, now, force=True)
+            if not watch.decided and watch.first_fatal_at is not None and watch.last_job:
+                # The scheduler requeued the attempt before medic decided (a node it declared
+                # down, a preemption): the verdict still names the nodes the next run must avoid.
+                self._decide(watch.last_job, watch, now)
             watch = self._watches[job.id] = self._resume(watch.next_attempt(job.restart_count))
         return watch
 
@@ -179,8 +188,15 @@ class JobEvaluator:
             return
         watch.mode = self._mode_of(job)  # an operator may have switched it since the last pass
         now = self._clock.now()
-        fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
-        self._take(job, watch, fresh, now)
+        if job.state in _RAN:
+            watch.started = True
+        if job.state is JobState.RUNNING:
+            watch.last_job = job
+        if watch.started:
+            fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
+            self._take(job, watch, fresh, now)
+        else:
+            self._take_teardown(job, watch, routed.get(job.id, []), now)
         self._take(job, watch, self._down_nodes(job, watch, nodes, now), now)
         if watch.retry_after is not None and now < watch.retry_after:
             return  # backing off after an error: keep gathering evidence, decide later
@@ -194,8 +210,26 @@ class JobEvaluator:
         self._save_progress(job, watch, now)
         if job.state in _ENDED_BADLY and watch.ended_at is None:
             watch.ended_at = now
-        if not watch.decided and self._is_ready(job, watch, now):
+        if not watch.decided and self._is_ready(job, watch, nodes, now):
             self._decide(job, watch, now)
+
+    def _take_teardown(
+        self, job: Job, watch: JobWatch, routed: list[Detection], now: datetime
+    ) -> None:
+        """Lines read before the attempt has been seen running: the previous attempt's teardown
+        (the ``CANCELLED ... DUE TO JOB REQUEUE`` banner and the killed tasks' exits of a requeue,
+        medic's own included). Kept and audited as that attempt's evidence, never this one's:
+        they must not fail the new attempt, and its progress starts from its own lines."""
+        ended = [
+            _with_attempt(d, watch.previous_attempt) for d in routed if d.role is not Role.PROGRESS
+        ]
+        if not ended:
+            return
+        self._store.add_detections(self._cluster, ended)
+        for det in ended:
+            self._store.append_audit(
+                records.detection_event(self._cluster, job.id, det, watch.mode, now)
+            )
 
     def _take(self, job: Job, watch: JobWatch, fresh: list[Detection], now: datetime) -> None:
         if not fresh:
@@ -203,6 +237,7 @@ class JobEvaluator:
         evidence = [d for d in fresh if d.role is not Role.PROGRESS]
         if evidence:
             self._store.add_detections(self._cluster, evidence)
+        failing = watch.first_fatal_at is not None
         for det in fresh:
             if watch.add(det, now):
                 self._counts["detections"] += 1
@@ -211,6 +246,8 @@ class JobEvaluator:
                 self._store.append_audit(
                     records.detection_event(self._cluster, job.id, det, watch.mode, now)
                 )
+        if not failing and watch.first_fatal_at is not None:
+            watch.fatal_while_running = job.state is JobState.RUNNING
 
     def _down_nodes(
         self, job: Job, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
@@ -224,20 +261,43 @@ class JobEvaluator:
         watch.down_nodes |= new
         return node_failures(job, watch.attempt, new, now) if new else []
 
-    def _is_ready(self, job: Job, watch: JobWatch, now: datetime) -> bool:
+    def _is_ready(
+        self, job: Job, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
+    ) -> bool:
         """Enough evidence to decide: the attempt is failing or ended badly, and the settle time
         for evidence from other nodes (counted from the first fatal detection, or from the end
         when nothing fatal was seen) has passed: a kernel line read a pass after the crash it
-        explains still names the node."""
+        explains still names the node.
+
+        Not while a job that failed no way of its own is still completing (a person's cancel
+        looks like that until Slurm says CANCELLED), nor while a node of a running job is only
+        not responding: the scheduler is about to declare it down and end (and requeue) the job
+        itself, and a requeue issued before that leaves the job's resources half released; the
+        wait is bounded by ``detect.node_failure_wait_seconds``."""
         settle = timedelta(seconds=self._settings.detect.settle_seconds)
         if job.state in _ENDED_BADLY:
             seen = [t for t in (watch.first_fatal_at, watch.ended_at) if t is not None]
             return not seen or now - min(seen) >= settle
         if job.state in (JobState.COMPLETED, JobState.CANCELLED):
             return False  # ended on purpose (by its user or by medic): nothing to recover
+        if job.state is JobState.COMPLETING and not watch.fatal_while_running:
+            return False
         if watch.first_fatal_at is None:
             return any(d.signature_id.startswith("medic.straggler.") for d in watch.evidence)
+        if job.state is JobState.RUNNING and self._awaits_node_down(watch, nodes, now):
+            return False
         return now - watch.first_fatal_at >= settle
+
+    def _awaits_node_down(
+        self, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
+    ) -> bool:
+        """A node of the attempt is reported not responding and not yet declared down."""
+        waiting = any(nodes[n].not_responding for n in watch.down_nodes if n in nodes)
+        if not waiting:
+            return False
+        watch.node_wait_since = watch.node_wait_since or now
+        limit = timedelta(seconds=self._settings.detect.node_failure_wait_seconds)
+        return now - watch.node_wait_since < limit
 
     def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
         existing = self._store.advice_for_job(self._cluster, job.id)

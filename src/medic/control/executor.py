@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, JobState
+from medic.domain.ids import NodeName
 from medic.errors import NotFoundError, PermanentError, TransientError
 from medic.ports import Clock, ControllerLedger, Scheduler
 
@@ -43,11 +44,30 @@ class Outcome:
     """When this call's first scheduler command completed (None when it issued none)."""
 
 
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Pause before each new try of a step the scheduler failed (a transient error), in order."""
+GIVE_UP_SECONDS = 300.0
+"""A step still failing this long after its first failure is given up: the advice is abandoned
+with the last error, audited once."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Step:
     kind: ActionKind
     is_done: Callable[[Job], bool]
     issue: Callable[[], None]
+    wait: Callable[[Job], str | None] = lambda _job: None
+    """Why the step must not be issued yet in this state (None: it may)."""
+
+
+@dataclass(slots=True)
+class _Failures:
+    """A step the scheduler failed: when first, how often, the last error."""
+
+    first: datetime
+    next_try: datetime
+    count: int
+    error: str
 
 
 class Controller:
@@ -72,9 +92,16 @@ class Controller:
         self._clock = clock
         self._actor = actor
         self._before_hold = before_hold
+        self._failures: dict[str, _Failures] = {}
 
     def reconcile(self, advice: Advice) -> Outcome:
         """Take the next missing steps of ``advice`` and report where it stands.
+
+        Each step is planned from the job as just read: skipped when its effect is there (or
+        not needed in that state: a queued job needs no requeue), deferred while the state says
+        not yet (a job still completing), and issued at most once per advice generation. A step
+        the scheduler refuses is re-planned from the state read after the refusal; one that
+        fails is retried after a growing pause and given up after ``GIVE_UP_SECONDS``.
 
         Raises ``TransientError`` when the scheduler is unreachable (retry on a later pass).
         """
@@ -86,26 +113,74 @@ class Controller:
         if abandoned:
             return self._report(advice, Outcome(Reconciliation.ABANDONED, abandoned))
         first_effect: datetime | None = None
-        for step in self._steps(advice):
+        steps = self._steps(advice)
+        for step in steps:
             job = self._scheduler.get_job(advice.job_id)
-            if step.is_done(job):
+            if step.is_done(job) or self._issued(advice, step.kind):
                 self._record_skip(advice, step.kind)
                 continue
+            held_back = step.wait(job) or self._backing_off(advice, step.kind)
+            if held_back:
+                return self._report(
+                    advice, Outcome(Reconciliation.PENDING, held_back, first_effect)
+                )
             if step.kind is ActionKind.REQUEUE_HOLD and self._before_hold is not None:
                 self._before_hold(advice, job)
             try:
                 done_at = self._execute(advice, step)
             except PermanentError as exc:
+                if step.is_done(self._scheduler.get_job(advice.job_id)):
+                    continue  # refused because the state moved on (it started, it was requeued)
                 reason = f"{step.kind.value} refused by the scheduler: {exc}"
                 return self._report(advice, Outcome(Reconciliation.ABANDONED, reason, first_effect))
+            except TransientError as exc:
+                given_up = self._failed(advice, step.kind, exc)
+                if given_up is None:
+                    raise
+                return self._report(
+                    advice, Outcome(Reconciliation.ABANDONED, given_up, first_effect)
+                )
             first_effect = first_effect or done_at
         job = self._scheduler.get_job(advice.job_id)
-        if _converged(advice, job):
+        if all(s.is_done(job) or self._issued(advice, s.kind) for s in steps) and _converged(
+            advice, job
+        ):
             return self._report(
                 advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
             )
         return self._report(
             advice, Outcome(Reconciliation.PENDING, "waiting for the scheduler", first_effect)
+        )
+
+    # ------------------------------------------------------------------ once, bounded
+    def _issued(self, advice: Advice, kind: ActionKind) -> bool:
+        """This generation already issued the step successfully: never again (a stale read must
+        not requeue a job twice)."""
+        record = self._ledger.get_action(idempotency_key(advice.id, advice.generation, kind))
+        return record is not None and record.status is ActionStatus.SUCCEEDED
+
+    def _backing_off(self, advice: Advice, kind: ActionKind) -> str | None:
+        failures = self._failures.get(idempotency_key(advice.id, advice.generation, kind))
+        if failures is None or self._clock.now() >= failures.next_try:
+            return None
+        return f"{kind.value} failed ({failures.error}); tried again from {failures.next_try}"
+
+    def _failed(self, advice: Advice, kind: ActionKind, exc: Exception) -> str | None:
+        """Count a failure of the step; the reason to give up, or None to retry later."""
+        key = idempotency_key(advice.id, advice.generation, kind)
+        now = self._clock.now()
+        failures = self._failures.setdefault(key, _Failures(now, now, 0, ""))
+        failures.count += 1
+        failures.error = str(exc)
+        pause = RETRY_SECONDS[min(failures.count, len(RETRY_SECONDS)) - 1]
+        failures.next_try = now + timedelta(seconds=pause)
+        spent = (now - failures.first).total_seconds()
+        if spent < GIVE_UP_SECONDS:
+            return None
+        del self._failures[key]
+        return (
+            f"{kind.value} failed {failures.count} times over {spent:.0f} s, giving up: "
+            f"{failures.error}"
         )
 
     def _steps(self, advice: Advice) -> list[_Step]:
@@ -130,15 +205,25 @@ class Controller:
         steps = [
             _Step(
                 ActionKind.REQUEUE_HOLD,
-                lambda j: j.restart_count > attempt,
+                # Requeued already (by medic, a person or the scheduler itself, e.g. after a
+                # node failure), or queued and not running: nothing to end.
+                lambda j: j.restart_count > attempt or j.state is JobState.PENDING,
                 lambda: sched.requeue_hold(job_id),
+                # A job still completing may be someone's cancel (Slurm says CANCELLED only
+                # once its processes are gone), and requeueing it meanwhile can leave its
+                # resources half released: wait for the state it ends in.
+                lambda j: (
+                    "waiting for the job to finish completing"
+                    if j.state is JobState.COMPLETING
+                    else None
+                ),
             )
         ]
         if excluded:
             steps.append(
                 _Step(
                     ActionKind.EXCLUDE_NODES,
-                    lambda j: excluded <= j.excluded_nodes,
+                    lambda j: excluded <= j.excluded_nodes or _runs_elsewhere(j, attempt, excluded),
                     lambda: sched.set_excluded_nodes(
                         job_id, excluded | sched.get_job(job_id).excluded_nodes
                     ),
@@ -147,7 +232,8 @@ class Controller:
         steps.append(
             _Step(
                 ActionKind.RELEASE,
-                lambda j: j.restart_count > attempt and not j.held,
+                # A hold on the attempt medic never requeued is someone else's: left alone.
+                lambda j: not j.held or j.restart_count <= attempt,
                 lambda: sched.release(job_id),
             )
         )
@@ -257,12 +343,25 @@ class Controller:
         )
 
 
+def _runs_elsewhere(job: Job, attempt: int, excluded: frozenset[NodeName]) -> bool:
+    """The job already runs a later attempt on none of the nodes to exclude (the scheduler
+    requeued and started it first): an exclusion can no longer be set, nor is it needed now."""
+    return (
+        job.restart_count > attempt
+        and job.state is JobState.RUNNING
+        and not excluded & set(job.nodes)
+    )
+
+
 def _abandon_reason(advice: Advice, job: Job) -> str | None:
     """Why the advice no longer applies to the job, or None when it still does."""
+    if advice.action is AdviceAction.REQUEUE and job.state is JobState.CANCELLED:
+        # A cancel is final, whoever issued it: medic never brings a cancelled job back.
+        return "job cancelled: a cancelled job is never requeued"
     if (
         advice.action is AdviceAction.REQUEUE
         and job.restart_count <= advice.attempt
-        and job.state in (JobState.COMPLETED, JobState.CANCELLED)
+        and job.state is JobState.COMPLETED
     ):
         return f"job already {job.state.value}"
     if advice.action is AdviceAction.STOP and job.state is JobState.COMPLETED:
@@ -271,12 +370,5 @@ def _abandon_reason(advice: Advice, job: Job) -> str | None:
 
 
 def _converged(advice: Advice, job: Job) -> bool:
-    if advice.action is AdviceAction.STOP:
-        return job.state.is_terminal
-    if advice.action is AdviceAction.REQUEUE:
-        return (
-            job.restart_count > advice.attempt
-            and not job.held
-            and advice.exclude_nodes <= job.excluded_nodes
-        )
-    return True
+    """Beyond every step being done: a stop has converged once the job really ended."""
+    return job.state.is_terminal if advice.action is AdviceAction.STOP else True

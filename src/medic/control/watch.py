@@ -14,7 +14,7 @@ from datetime import datetime
 from medic.attribute.blame import is_fatal
 from medic.detect.progress import ProgressTracker
 from medic.domain.attempts import Progress
-from medic.domain.cluster import Mode
+from medic.domain.cluster import Job, Mode
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import JobId, NodeName
 
@@ -47,6 +47,17 @@ class JobWatch:
     saved_progress_at: datetime | None = None
     retry_after: datetime | None = None
     """Evaluation is paused until then after an error (poison-pill guard)."""
+    started: bool = False
+    """The loop has seen this attempt run (or end after running). Until then the job's log lines
+    are the previous attempt's teardown (a requeue's or a cancel's), never this attempt's."""
+    fatal_while_running: bool = False
+    """The first fatal detection arrived while the job still ran: a failure of its own, not the
+    teardown of someone's cancel."""
+    last_job: Job | None = None
+    """The job as last seen in this attempt (its nodes place ranks when the attempt is decided
+    after the scheduler already requeued it)."""
+    node_wait_since: datetime | None = None
+    """Since when a decision waits for the scheduler to declare a not-responding node down."""
 
     def add(self, detection: Detection, stored_at: datetime) -> bool:
         """Take one detection of this attempt; True when its signature is new in the attempt."""
@@ -60,6 +71,11 @@ class JobWatch:
         new = detection.signature_id not in self.seen_signatures
         self.seen_signatures.add(detection.signature_id)
         return new
+
+    @property
+    def previous_attempt(self) -> int:
+        """The attempt whose teardown lines arrive before this one has been seen running."""
+        return max(0, self.attempt - 1)
 
     def next_attempt(self, attempt: int) -> JobWatch:
         """A fresh watch for the job's next attempt, keeping its options."""

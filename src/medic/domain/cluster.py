@@ -96,6 +96,11 @@ class Node:
     comment: str | None = field(default=None, compare=False)
     """Free text on the node (Slurm's node ``Comment``): where a detector without API access
     writes a ``medic-request:``. Read each pass, not stored (not part of ``==``)."""
+    not_responding: bool = field(default=False, compare=False)
+    """The scheduler lost contact with the node but has not declared it down yet (Slurm's
+    ``NOT_RESPONDING`` flag on a state other than DOWN: it will be DOWN after ``SlurmdTimeout``,
+    and its jobs end then). ``state`` is DOWN meanwhile: nothing new may be placed there. Read
+    each pass, not stored."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ version through ``normalise`` (and ``versions``), ``scontrol show ... -o`` text 
 ``scontrol``. Mapping rules:
 
 * node state = base state + flags: DRAIN/FAIL on an idle node is DRAINED, on a busy one DRAINING;
-  DOWN, NOT_RESPONDING (``*``), REBOOT_ISSUED and power-saving states are DOWN;
+  DOWN, NOT_RESPONDING (``*``), REBOOT_ISSUED and power-saving states are DOWN; a node only not
+  responding (not DOWN yet) is also flagged ``not_responding``;
 * job state = Slurm's name (a CANCELLED job is CANCELLED, ...); a pending job is *held* when its
   priority is 0 or its reason says so (``JobHeldUser``, ``JobHeldAdmin``, requeued-held);
 * GPUs = the sum of the ``gpu`` entries of the node's GRES (``gpu:8``, ``gpu:h100:8(S:0-1)``);
@@ -29,6 +30,7 @@ __all__ = [
     "expand_output_pattern",
     "gpu_count",
     "is_held",
+    "is_not_responding",
     "job_from_canonical",
     "job_state",
     "merge_accounting_runs",
@@ -129,7 +131,15 @@ def node_from_canonical(record: CanonicalNode) -> Node:
         gpus=gpu_count(record["gres"]),
         reason=reason,
         comment=record["comment"].strip() or None,
+        not_responding=is_not_responding(record["state"], record["flags"]),
     )
+
+
+def is_not_responding(state: str, flags: Iterable[str]) -> bool:
+    """``NOT_RESPONDING`` (``*``) on a node slurmctld has not set DOWN yet: it will after
+    ``SlurmdTimeout``, ending the node's jobs (and requeueing the requeueable ones) itself."""
+    base, extra = split_state(state.upper())
+    return "NOT_RESPONDING" in _upper(flags) | extra and base not in ("DOWN", "ERROR", "FUTURE")
 
 
 def job_state(record: CanonicalJob) -> JobState:

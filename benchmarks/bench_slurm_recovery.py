@@ -59,8 +59,10 @@ from medic.dev.slurm import DevClusterError, LocalSlurm  # noqa: E402
 from slurm.e2e.harness import (  # noqa: E402
     ACT,
     OBSERVE,
+    TRAINERS,
     Medic,
     TimedOut,
+    Trainer,
     TrainingJob,
     medic_settings,
     poll,
@@ -71,6 +73,9 @@ KINDS = ("xid79", "node_fail", "hang", "app_bug")
 RECOVERED = ("xid79", "node_fail", "hang")
 EVIDENCE_AGAINST_NODE = ("xid79", "node_fail")
 AIMS = {"detection_p50_s": 1.0, "action_p50_s": 2.0, "running_again_p50_s": 15.0}
+XID79_RUNNING_AGAIN_AIM_S = 7.0
+WATCH_S = 4.0
+"""After a run's outcome, how long its requeue count is watched (a second requeue shows here)."""
 CHECKPOINT_EVERY = 5
 RUN_TIMEOUT_S = 90.0
 POLL_S = 0.05
@@ -79,10 +84,18 @@ POLL_S = 0.05
 @dataclass
 class Run:
     kind: str
+    trainer: str
     run: int
     job: str
     mode: str
     victim: str = ""
+    requeued_s: float | None = None
+    """Fault -> Slurm shows the job requeued (Restarts >= 1), whoever requeued it."""
+    requeues: int | None = None
+    """Slurm's Restarts at the end of the run's watch window (exactly 1 for a recovered fault,
+    0 for an application bug)."""
+    stopped_s: float | None = None
+    """app_bug: fault -> the job out of RUNNING for good, never restarted."""
     detection_s: float | None = None
     action_s: float | None = None
     running_again_s: float | None = None
@@ -111,11 +124,13 @@ class Bench:
 
         poll("every node idle", idle, timeout=120, every=0.2)
 
-    def start(self, kind: str, comment: str) -> TrainingJob:
+    def start(self, kind: str, comment: str, trainer: Trainer) -> TrainingJob:
         self.ready()
         self.count += 1
-        name = f"bench-{self.count:03d}-{kind}"
-        job = TrainingJob(self.cluster.env, name, comment, checkpoint_every=CHECKPOINT_EVERY)
+        name = f"bench-{self.count:03d}-{trainer.name}-{kind}"
+        job = TrainingJob(
+            self.cluster.env, name, comment, checkpoint_every=CHECKPOINT_EVERY, trainer=trainer
+        )
         job.submit()
         poll("the job to run", job.running, timeout=60)
         poll("a checkpoint", lambda: job.checkpoint_step() >= CHECKPOINT_EVERY, timeout=60)
@@ -146,13 +161,15 @@ class Bench:
             self.cluster.start_slurmd(victim)
         job.kill_leftovers()  # SIGSTOPped ranks Slurm has not killed yet
 
-    def act_run(self, kind: str, index: int) -> Run:
-        job = self.start(kind, ACT)
+    def act_run(self, kind: str, trainer: Trainer, index: int) -> Run:
+        job = self.start(kind, ACT, trainer)
         victim = job.node_list()[1]
-        result = Run(kind, index, job.job_id, "act", victim)
+        result = Run(kind, trainer.name, index, job.job_id, "act", victim)
         try:
             fault = self.inject(kind, job, victim)
             self._follow(kind, job, victim, fault, result)
+            time.sleep(WATCH_S)
+            result.requeues = job.restarts()
         except TimedOut as exc:
             result.error = str(exc)
         finally:
@@ -164,8 +181,12 @@ class Bench:
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while time.monotonic() < deadline:
             now = time.time()
+            info = job.info()
+            if run.requeued_s is None and job.restarts(info) >= 1:
+                run.requeued_s = now - fault
             if kind == "app_bug":
-                if self.medic.first_detection_at(job.job_id, fault):
+                if info.get("JobState") not in ("RUNNING", "COMPLETING", "PENDING"):
+                    run.stopped_s = now - fault
                     break
             elif run.running_again_s is None:
                 if job.running(restarts=1, avoid=avoid):
@@ -182,20 +203,31 @@ class Bench:
         if kind in RECOVERED and detected and acted:
             run.action_s = acted - detected
 
-    def reference_run(self, kind: str, index: int) -> Run:
-        """Observe mode: fault -> Slurm shows the job out of RUNNING, polled like medic's loop."""
-        job = self.start(kind, OBSERVE)
+    def reference_run(self, kind: str, trainer: Trainer, index: int) -> Run:
+        """Observe mode (Slurm alone): fault -> Slurm shows the job out of RUNNING, polled like
+        medic's loop; for a node failure, which Slurm recovers by itself (it requeues the job
+        once it declares the node DOWN), also -> RUNNING again on healthy nodes."""
+        job = self.start(kind, OBSERVE, trainer)
         victim = job.node_list()[1]
-        result = Run(kind, index, job.job_id, "observe", victim)
+        result = Run(kind, trainer.name, index, job.job_id, "observe", victim)
         limit = self.args.reference_hang_wait if kind == "hang" else RUN_TIMEOUT_S
         try:
             fault = self.inject(kind, job, victim)
             deadline = time.monotonic() + limit
             while time.monotonic() < deadline:
-                if job.info().get("JobState") != "RUNNING":
-                    result.not_running_s = time.time() - fault
+                info = job.info()
+                now = time.time() - fault
+                if result.not_running_s is None and (
+                    info.get("JobState") != "RUNNING" or job.restarts(info) > 0
+                ):
+                    result.not_running_s = now
+                    if kind != "node_fail":
+                        break
+                if kind == "node_fail" and job.running(restarts=1, avoid=victim):
+                    result.running_again_s = now
                     break
                 time.sleep(self.interval)
+            result.requeues = job.restarts()
             with contextlib.suppress(TimedOut):
                 detected = poll(
                     "medic's detection",
@@ -220,18 +252,55 @@ def figures(runs: list[Run]) -> dict[str, object]:
     for attr, name in (
         ("detection_s", "detection"),
         ("action_s", "action"),
+        ("requeued_s", "requeued"),
         ("running_again_s", "running_again"),
         ("resumed_s", "resumed"),
+        ("stopped_s", "stopped"),
     ):
         values = _values(runs, attr)
         if values:
             stats[f"{name}_p50_s"] = percentile(values, 50)
             stats[f"{name}_p95_s"] = percentile(values, 95)
+    stats["requeues"] = sorted(r.requeues for r in runs if r.requeues is not None)
     return stats
 
 
+def issue_aims(act: list[Run], reference: list[Run]) -> dict[str, bool]:
+    """Issue 10's aims, per trainer: Xid 79 RUNNING again <= 7 s with exactly one requeue; a node
+    failure RUNNING again before Slurm alone; a hang restarted once; an error on every rank
+    stopped at the first attempt."""
+    met: dict[str, bool] = {}
+    for trainer in sorted({r.trainer for r in act}):
+        mine = [r for r in act if r.trainer == trainer]
+
+        def of(kind: str, runs: list[Run] = mine) -> list[Run]:
+            return [r for r in runs if r.kind == kind]
+
+        xid = _values(of("xid79"), "running_again_s")
+        if xid:
+            met[f"{trainer}.xid79_running_again_p50_le_7s"] = (
+                percentile(xid, 50) <= XID79_RUNNING_AGAIN_AIM_S
+            )
+        for kind, wanted in (("xid79", 1), ("node_fail", 1), ("hang", 1), ("app_bug", 0)):
+            if of(kind):
+                met[f"{trainer}.{kind}_requeues_{wanted}"] = all(
+                    r.requeues == wanted for r in of(kind)
+                )
+        ours = _values(of("node_fail"), "running_again_s")
+        alone = _values(of("node_fail", reference), "running_again_s")
+        if ours and alone:
+            met[f"{trainer}.node_fail_before_slurm_alone"] = percentile(ours, 50) < percentile(
+                alone, 50
+            )
+    return met
+
+
 def summary(act: list[Run], reference: list[Run], args: argparse.Namespace) -> dict[str, object]:
-    kinds = {k: figures([r for r in act if r.kind == k]) for k in args.kinds}
+    kinds = {
+        f"{t.name}.{k}": figures([r for r in act if r.kind == k and r.trainer == t.name])
+        for t in args.trainer_list
+        for k in args.kinds
+    }
     recovered = [r for r in act if r.kind in RECOVERED]
     overall: dict[str, object] = {
         "detection_p50_s": percentile(_values(act, "detection_s"), 50),
@@ -255,6 +324,8 @@ def summary(act: list[Run], reference: list[Run], args: argparse.Namespace) -> d
             "not_running_p50_s": percentile(values, 50),
             "not_running_p95_s": percentile(values, 95),
             "still_running": sum(r.not_running_s is None for r in runs),
+            "running_again_p50_s": percentile(_values(runs, "running_again_s"), 50),
+            "requeues": sorted(r.requeues for r in runs if r.requeues is not None),
             "medic_detection_p50_s": percentile(_values(runs, "detection_s"), 50),
         }
     if "hang" in plain:
@@ -266,6 +337,7 @@ def summary(act: list[Run], reference: list[Run], args: argparse.Namespace) -> d
         "reference_plain": plain,
         "aims": AIMS,
         "aims_met_overall": met,
+        "issue10_aims_met": issue_aims(act, reference),
         "runs_per_kind": args.runs,
         "hang_floor_s": args.hang_floor,
         "loop_interval_s": 0.2,
@@ -287,8 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--hang-floor", type=float, default=3.0, help="detect.hang_floor_seconds")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument(
+        "--trainers",
+        nargs="+",
+        choices=[t.name for t in TRAINERS],
+        default=[t.name for t in TRAINERS],
+        help="training programs (tests/slurm/e2e: train.py Megatron-style, train_ds.py DeepSpeed)",
+    )
     parser.add_argument("--install", action="store_true", help="apt-get install Slurm if missing")
     args = parser.parse_args(argv)
+    args.trainer_list = [t for t in TRAINERS if t.name in args.trainers]
     if os.geteuid() != 0:
         print(json.dumps({"error": "run as root: the local Slurm cluster's daemons run as root"}))
         return 2
@@ -307,17 +387,20 @@ def main(argv: list[str] | None = None) -> int:
     reference: list[Run] = []
     try:
         bench = Bench(cluster, medic, args)
-        plan: list[tuple[Callable[[str, int], Run], list[Run], str, int]] = [
-            (bench.act_run, act, kind, i) for i in range(args.runs) for kind in args.kinds
+        plan: list[tuple[Callable[[str, Trainer, int], Run], list[Run], str, Trainer, int]] = [
+            (bench.act_run, act, kind, trainer, i)
+            for i in range(args.runs)
+            for trainer in args.trainer_list
+            for kind in args.kinds
         ]
-        plan += [
-            (bench.reference_run, reference, kind, i)
+        plan += [  # Slurm alone does not depend on the trainer's output: the first trainer
+            (bench.reference_run, reference, kind, args.trainer_list[0], i)
             for i in range(args.reference_runs)
             for kind in args.kinds
             if kind != "hang" or i == 0  # Slurm never notices a hang: once is enough
         ]
-        for run, results, kind, index in plan:
-            result = run(kind, index)
+        for run, results, kind, trainer, index in plan:
+            result = run(kind, trainer, index)
             results.append(result)
             shown = {
                 k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(result).items()

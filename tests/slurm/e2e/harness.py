@@ -39,12 +39,16 @@ from medic.wiring import build
 __all__ = [
     "ACT",
     "CLUSTER",
+    "DEEPSPEED",
     "FINISHED",
+    "MEGATRON",
     "OBSERVE",
     "TRAIN",
+    "TRAINERS",
     "Medic",
     "RecordingRunner",
     "TimedOut",
+    "Trainer",
     "TrainingJob",
     "fields",
     "medic_settings",
@@ -54,6 +58,39 @@ __all__ = [
 ]
 
 TRAIN = Path(__file__).resolve().with_name("train.py")
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A training program of the e2e suite and how to read its own log (the harness's view,
+    not medic's: medic reads the log with its signature catalogue)."""
+
+    name: str
+    program: Path
+    srun_args: tuple[str, ...]
+    loaded: str
+    """Regex whose group 1 is the step a resumed attempt loaded (one match per load)."""
+    iteration: str
+    """Regex whose group 1 is a completed step's number."""
+
+
+MEGATRON = Trainer(
+    "megatron",
+    TRAIN,
+    (),
+    r"successfully loaded checkpoint from \S+ \[ t 1/1, p 1/1 \] at iteration (\d+)",
+    r"\] iteration +(\d+)/",
+)
+"""``train.py``: Megatron-LM's lines behind ``[rankN]:`` prefixes."""
+DEEPSPEED = Trainer(
+    "deepspeed",
+    TRAIN.with_name("train_ds.py"),
+    ("--label",),
+    r"(?m)^ *0: .*\[Torch\] Loaded checkpoint from \S+/global_step(\d+)/mp_rank_00_model_states",
+    r"(?m)^ *0: .*\[Rank 0\] step=(\d+), skipped=",
+)
+"""``train_ds.py``: DeepSpeed's logger under ``srun --label`` (``N: `` prefixes, no ``[rankN]``)."""
+TRAINERS = (MEGATRON, DEEPSPEED)
 CLUSTER = ClusterName("medic")
 ACT = '{"medic": {"mode": "act"}}'
 OBSERVE = '{"medic": {"mode": "observe"}}'
@@ -115,6 +152,7 @@ class TrainingJob:
     job_id: str = ""
     submitted_at: float = 0.0
     extra_args: list[str] = field(default_factory=list)
+    trainer: Trainer = MEGATRON
 
     @property
     def dir(self) -> Path:
@@ -127,13 +165,13 @@ class TrainingJob:
     def submit(self) -> str:
         self.dir.mkdir(parents=True, exist_ok=True)
         script = self.dir.parent / f"{self.name}.sh"
-        train = [sys.executable, str(TRAIN), "--dir", str(self.dir)]
+        train = [sys.executable, str(self.trainer.program), "--dir", str(self.dir)]
         train += ["--step-seconds", str(self.step_seconds)]
         train += ["--checkpoint-every", str(self.checkpoint_every), *self.extra_args]
         script.write_text(
             "#!/bin/bash\n"
             f"# medic e2e training job {self.name}: restart ${{SLURM_RESTART_COUNT:-0}}\n"
-            f"exec srun --kill-on-bad-exit=1 {' '.join(train)}\n"
+            f"exec srun --kill-on-bad-exit=1 {' '.join([*self.trainer.srun_args, *train])}\n"
         )
         argv = ["sbatch", "--parsable", f"--job-name={self.name}", f"--nodes={self.nodes}"]
         argv += [f"--ntasks-per-node={self.tasks_per_node}", "--requeue", "--open-mode=append"]
@@ -198,7 +236,8 @@ class TrainingJob:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return False
-        return str(TRAIN).encode() in argv and str(self.dir).encode() in argv
+        program = str(self.trainer.program).encode()
+        return program in argv and str(self.dir).encode() in argv
 
     def signal_ranks(self, node: str, sig: signal.Signals, restart: int = 0) -> list[int]:
         """Send ``sig`` to every rank of the attempt that runs on ``node``; return their pids."""
@@ -231,17 +270,16 @@ class TrainingJob:
             return ""
 
     def loaded_steps(self) -> list[int]:
-        """Steps of every "successfully loaded checkpoint ... at iteration N" line so far."""
-        pattern = r"successfully loaded checkpoint from \S+ \[ t 1/1, p 1/1 \] at iteration (\d+)"
-        return [int(m) for m in re.findall(pattern, self.log())]
+        """The step each resume of the job loaded, in order (the trainer's own words)."""
+        return [int(m) for m in re.findall(self.trainer.loaded, self.log())]
 
     def iterations_after_resume(self) -> list[int]:
-        """Iteration steps printed after the last "successfully loaded checkpoint" line."""
+        """Steps completed after the last checkpoint load ([] before any load)."""
         text = self.log()
-        cut = text.rfind("successfully loaded checkpoint")
-        if cut < 0:
+        loads = list(re.finditer(self.trainer.loaded, text))
+        if not loads:
             return []
-        return [int(m) for m in re.findall(r"\] iteration +(\d+)/", text[cut:])]
+        return [int(m) for m in re.findall(self.trainer.iteration, text[loads[-1].end() :])]
 
     def checkpoint_step(self) -> int:
         try:

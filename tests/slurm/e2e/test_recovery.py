@@ -35,7 +35,17 @@ from medic.domain.cluster import Mode
 from medic.testing import LiveServer
 
 from .conftest import Jobs, Sshd
-from .harness import ACT, OBSERVE, Medic, TrainingJob, poll, xid79_line
+from .harness import (
+    ACT,
+    MEGATRON,
+    OBSERVE,
+    TRAINERS,
+    Medic,
+    Trainer,
+    TrainingJob,
+    poll,
+    xid79_line,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +71,9 @@ REQUEUE_TRAIL: Trail = [
 
 
 # ------------------------------------------------------------------------------------ helpers
-def start_training(jobs: Jobs, name: str, comment: str) -> TrainingJob:
+def start_training(jobs: Jobs, name: str, comment: str, trainer: Trainer = MEGATRON) -> TrainingJob:
     """Submit a 2-node job and wait until it runs on node1+node2 and saved a checkpoint."""
-    job = jobs.new(name, comment, checkpoint_every=CHECKPOINT_EVERY)
+    job = jobs.new(name, comment, checkpoint_every=CHECKPOINT_EVERY, trainer=trainer)
     info = poll("the job to run", job.running, timeout=60)
     assert job.node_list(info) == ["node1", VICTIM]
     poll("a first checkpoint", lambda: job.checkpoint_step() >= CHECKPOINT_EVERY, timeout=60)
@@ -150,11 +160,12 @@ def assert_requeued(medic: Medic, job: TrainingJob, *, excluded: str | None) -> 
 
 
 # ------------------------------------------------------------------------------------ act mode
+@pytest.mark.parametrize("trainer", TRAINERS, ids=lambda t: t.name)
 def test_xid79_requeues_without_the_node_and_resumes_from_the_checkpoint(
-    cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory
+    cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory, trainer: Trainer
 ) -> None:
     medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
-    job = start_training(jobs, "xid79", ACT)
+    job = start_training(jobs, "xid79", ACT, trainer)
     fault = time.time()
     xid79_and_kill(cluster, job)
     assert detected_within(medic, job, fault, 30) < 5
@@ -194,14 +205,15 @@ def test_a_kernel_line_read_after_the_run_ended_still_excludes_the_node(
     assert_requeued(medic, job, excluded=VICTIM)
 
 
+@pytest.mark.parametrize("trainer", TRAINERS, ids=lambda t: t.name)
 def test_node_failure_lets_slurm_requeue_and_only_adds_the_exclusion(
-    cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory
+    cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory, trainer: Trainer
 ) -> None:
     # medic sees node2 NOT_RESPONDING at once but does not race Slurm, which declares it DOWN
     # after SlurmdTimeout and requeues the job itself: a requeue issued before that leaves the
     # job's GRES half released (seen on an independent 22.05 lab). medic only adds the exclusion.
     medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
-    job = start_training(jobs, "nodefail", ACT)
+    job = start_training(jobs, "nodefail", ACT, trainer)
     fault = time.time()
     cluster.kill_slurmd(VICTIM, with_jobs=True)  # slurmd, slurmstepd and the ranks
     # Slurm marks the node NOT_RESPONDING after SlurmdTimeout (5 s); medic reads it from sinfo.
@@ -224,11 +236,12 @@ def test_node_failure_lets_slurm_requeue_and_only_adds_the_exclusion(
     assert_one_requeue(job, avoid=VICTIM)
 
 
+@pytest.mark.parametrize("trainer", TRAINERS, ids=lambda t: t.name)
 def test_hang_is_detected_long_before_the_nccl_watchdog_and_requeued_without_a_guess(
-    jobs: Jobs, medic_factory: MedicFactory
+    jobs: Jobs, medic_factory: MedicFactory, trainer: Trainer
 ) -> None:
     medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
-    job = start_training(jobs, "hang", ACT)
+    job = start_training(jobs, "hang", ACT, trainer)
     fault = time.time()
     job.signal_ranks(VICTIM, signal.SIGSTOP)  # no error line anywhere: progress just stops
     took = detected_within(medic, job, fault, 60)
@@ -247,11 +260,12 @@ def test_hang_is_detected_long_before_the_nccl_watchdog_and_requeued_without_a_g
     assert_one_requeue(job, avoid=None)
 
 
+@pytest.mark.parametrize("trainer", TRAINERS, ids=lambda t: t.name)
 def test_application_bug_stops_the_job_without_a_retry(
-    jobs: Jobs, medic_factory: MedicFactory
+    jobs: Jobs, medic_factory: MedicFactory, trainer: Trainer
 ) -> None:
     medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
-    job = start_training(jobs, "appbug", ACT)
+    job = start_training(jobs, "appbug", ACT, trainer)
     fault = time.time()
     job.raise_at(job.step() + 2)  # every rank: KeyError: 'labels'
     assert detected_within(medic, job, fault, 30) < 5

@@ -15,7 +15,7 @@ from itertools import pairwise
 
 import pytest
 
-from medic.config.settings import LoopSettings, PolicySettings
+from medic.config.settings import DetectSettings, LoopSettings, PolicySettings
 from medic.domain.actions import ActionKind, ActionStatus
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind
@@ -816,3 +816,25 @@ def test_restart_keeps_the_progress_of_the_running_attempt(make_harness: MakeHar
     attempt = h.store.list_attempts(CLUSTER, job)[1]
     assert attempt.progress.last_checkpoint_step == 30
     assert attempt.progress.loaded_checkpoint_step == 20
+
+
+def test_a_hang_that_began_just_before_medic_restarted_is_still_detected(
+    make_harness: MakeHarness,
+) -> None:
+    # The restarted medic reads no new progress line at all: it must count the silence from the
+    # progress its predecessor stored, not wait for a first line that never comes.
+    h = make_harness(mode=Mode.ACT, detect=DetectSettings(hang_floor_seconds=10.0))
+    job = h.submit("train-a")
+    h.run(WARM_UP)
+    h.inject(FaultKind.HANG, job)
+    h.run(6)  # the progress of the attempt is stored (at most every 5 s) before the restart
+    assert h.store.list_attempts(CLUSTER, job)[0].progress.last_progress_at is not None
+    h.restart()
+    took = h.run_until(
+        lambda: any(d.signature_id == "medic.hang.no_progress" for d in h.detections(job, 0)),
+        within=60,
+    )
+    assert took <= 2 * 10.0  # the cautious threshold of a watch without a measured rhythm
+    h.run(2)  # the settle time
+    advice = _advice(h, job)
+    assert advice.attempt == 0 and advice.action is AdviceAction.REQUEUE

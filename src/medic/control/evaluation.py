@@ -174,6 +174,7 @@ class JobEvaluator:
         for attempt in self._store.list_attempts(self._cluster, watch.job_id):
             if attempt.number == watch.attempt:
                 watch.saved_progress = attempt.progress
+                watch.tracker.resume(attempt.progress)
         return watch
 
     # ------------------------------------------------------------------ detect + decide

@@ -121,6 +121,17 @@ class ProgressTracker:
             self._intervals.append((time - last).total_seconds())
             self._last_progress_at = time
 
+    def resume(self, stored: Progress) -> None:
+        """Start from what a previous medic stored for this attempt: its steps, checkpoints and
+        last progress time. A job that went silent just before medic restarted prints nothing
+        more, and must still be found hanging (from the stored time, with the cautious threshold
+        of an attempt with no measured rhythm)."""
+        self._first_step = stored.first_step
+        self._last_step = stored.last_step
+        self._saved = stored.last_checkpoint_step
+        self._loaded = stored.loaded_checkpoint_step
+        self._last_progress_at = stored.last_progress_at
+
     # --- output --------------------------------------------------------------------------------
     def progress(self) -> Progress:
         return Progress(

@@ -838,3 +838,31 @@ def test_a_hang_that_began_just_before_medic_restarted_is_still_detected(
     h.run(2)  # the settle time
     advice = _advice(h, job)
     assert advice.attempt == 0 and advice.action is AdviceAction.REQUEUE
+
+
+def test_a_fatal_fault_after_a_straggler_flag_is_decided_on_its_own_evidence(
+    make_harness: MakeHarness,
+) -> None:
+    # Seen in a long simulator run: 14% of faults detected and never acted on, because the
+    # attempt counted as decided once its straggler was flagged.
+    h = make_harness(mode=Mode.ACT, detect=DetectSettings(straggler_seconds=20.0))
+    job = h.submit("train-a", num_nodes=4)
+    h.run(20)
+    slow = h.inject(FaultKind.STRAGGLER, job).node
+    h.run_until(lambda: h.advice(job) is not None, within=120)
+    flagged = _advice(h, job)
+    assert (flagged.action, flagged.exclude_nodes) == (AdviceAction.EXCLUDE_NEXT, {slow})
+    bad = h.inject(XID, job, node=h.job(job).nodes[0]).node
+    assert bad is not None and bad != slow
+    h.run(20)
+    advice = _advice(h, job)
+    assert (advice.attempt, advice.action, advice.rule) == (0, AdviceAction.REQUEUE,
+                                                             "node-fault-requeue")  # fmt: skip
+    assert advice.exclude_nodes == {slow, bad}  # the straggler's exclusion joins the restart
+    assert [v.root_signature for v in h.verdicts(job)] == [
+        "medic.straggler.slow_node",
+        "xid.fallen_off_bus",
+    ]
+    state = h.job(job)
+    assert state.restart_count == 1 and state.state is JobState.RUNNING
+    assert not {slow, bad} & set(state.nodes)

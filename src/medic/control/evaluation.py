@@ -284,7 +284,9 @@ class JobEvaluator:
         if job.state is JobState.COMPLETING and not watch.fatal_while_running:
             return False
         if watch.first_fatal_at is None:
-            return any(d.signature_id.startswith("medic.straggler.") for d in watch.evidence)
+            return not watch.exclusion_advised and any(
+                d.signature_id.startswith("medic.straggler.") for d in watch.evidence
+            )
         if job.state is JobState.RUNNING and self._awaits_node_down(watch, nodes, now):
             return False
         return now - watch.first_fatal_at >= settle
@@ -307,7 +309,13 @@ class JobEvaluator:
             and existing.attempt >= watch.attempt
             and (existing.action is not AdviceAction.EXCLUDE_NEXT or watch.first_fatal_at is None)
         ):
-            watch.decided = True  # decided before a restart of medic: level-triggered, no repeat
+            # Decided before (by an earlier pass or a medic before a restart): no repeat. A
+            # straggler's exclusion is not the attempt's last word: a fatal fault after it is
+            # decided on its own evidence.
+            if existing.action is AdviceAction.EXCLUDE_NEXT:
+                watch.exclusion_advised = True
+            else:
+                watch.decided = True
             return
         evidence = [*watch.recent_progress, *watch.evidence]
         verdict = attribute(job, watch.attempt, evidence, now=now)
@@ -337,6 +345,7 @@ class JobEvaluator:
         if self._second_opinion is not None:
             self._second_opinion.ask(job, verdict, evidence)
         watch.decided = request.action is not AdviceAction.EXCLUDE_NEXT
+        watch.exclusion_advised = not watch.decided
 
     def _save_progress(
         self, job: Job, watch: JobWatch, now: datetime, *, force: bool = False

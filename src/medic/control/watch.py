@@ -40,6 +40,9 @@ class JobWatch:
     """When the loop first saw the attempt ended badly (failed, node failure, time limit)."""
     decided: bool = False
     """A verdict and advice exist for this attempt; nothing more to decide."""
+    exclusion_advised: bool = False
+    """A straggler's exclude-at-next-restart is advised for this attempt: nothing more to decide
+    until a fatal fault (which is decided on its own evidence)."""
     seen_signatures: set[str] = field(default_factory=set)
     down_nodes: set[NodeName] = field(default_factory=set)
     """Nodes of this attempt already reported down by the scheduler."""

@@ -19,7 +19,7 @@ from medic.dev.slurm import LocalSlurm
 from medic.domain.advice import AdviceAction, Reconciliation
 
 from .conftest import Jobs
-from .harness import ACT, Medic, TrainingJob, poll
+from .harness import ACT, DEEPSPEED, Medic, TrainingJob, poll
 from .test_recovery import (
     HANG_FLOOR_S,
     VICTIM,
@@ -91,8 +91,9 @@ def test_a_person_cancelling_a_job_medic_is_recovering_is_final(
 def test_a_second_fault_during_the_restarted_runs_start_up_is_one_more_requeue(
     cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory
 ) -> None:
+    # The DeepSpeed-style trainer (the others here run the Megatron-style one).
     medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
-    job = start_training(jobs, "startupfault", ACT)
+    job = start_training(jobs, "startupfault", ACT, DEEPSPEED)
     xid79_and_kill(cluster, job)
     info = poll("the restart", lambda: job.running(restarts=1, avoid=VICTIM), timeout=60)
     converged(medic, job)

@@ -4,8 +4,15 @@
 current attempt) and, each pass, routes the scan's detections to the jobs they concern, adds the
 scheduler's word on down nodes and derived findings (hang, straggler), saves progress, and once an
 attempt's evidence has settled asks ``attribute`` for a verdict and ``policy`` for advice, which it
-publishes with its audit records. It also decides each job's mode (its comment's override, else
-the run-time modes stored for its partition or cluster, else ``scheduler.mode``).
+publishes with its audit records, in the mode :class:`~medic.control.job_modes.JobModes` gives
+the job.
+
+Attempt boundaries: a watch's attempt counts as started once the job is seen running (or ended
+after running). Until then the job's log lines are the previous attempt's teardown (a requeue's
+``CANCELLED ... DUE TO JOB REQUEUE`` banner, the killed tasks' exits): stored and audited as that
+attempt's, never evidence against the new one. When the scheduler requeues an attempt before
+medic decided it (a node it declared down), the attempt is decided then, so that the next run
+still avoids the nodes it implicated.
 
 :class:`~medic.control.loop.ControlLoop` sequences the pass and owns error handling: it calls
 :meth:`JobEvaluator.evaluate` once per job, guarded, and :meth:`JobEvaluator.back_off` when that
@@ -25,17 +32,17 @@ from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
 from medic.control import records
 from medic.control.external import SecondOpinion
+from medic.control.job_modes import JobModes
 from medic.control.watch import JobWatch
 from medic.domain.advice import AdviceAction, AdviceRequest
 from medic.domain.audit import AuditKind
-from medic.domain.cluster import Job, JobState, Mode, Node, NodeState
+from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import ClusterName, JobId, NodeName
-from medic.domain.modes import ClusterModes
-from medic.errors import InputError, MedicError
+from medic.errors import InputError
 from medic.policy.options import parse_job_options
 from medic.policy.recovery import decide, effective_mode
-from medic.ports import Clock, Metrics, ModeStore, Store
+from medic.ports import Clock, Metrics, Store
 
 __all__ = ["JobEvaluator"]
 
@@ -80,10 +87,7 @@ class JobEvaluator:
         self._second_opinion = second_opinion
         self._watches: dict[JobId, JobWatch] = {}
         self._invalid_options: dict[JobId, str | None] = {}
-        self._overrides: dict[JobId, Mode | None] = {}
-        """Each watched job's own mode from its comment (None: it sets none)."""
-        self._modes: ClusterModes | None = None
-        """The run-time modes stored for this cluster, read once per pass."""
+        self._modes = JobModes(cluster, store, settings.scheduler.mode)
 
     # ------------------------------------------------------------------ errors + latency
     def back_off(self, job_id: JobId, exc: Exception) -> None:
@@ -146,11 +150,11 @@ class JobEvaluator:
                     self._invalid_options[job.id] = job.comment
                     self._audit(job.id, AuditKind.JOB_OPTIONS_INVALID, {"error": str(exc)})
                 return None
-            self._overrides[job.id] = options.mode
+            self._modes.set_override(job.id, options.mode)
             watch = JobWatch(
                 job_id=job.id,
                 attempt=job.restart_count,
-                mode=effective_mode(self._stored_mode(job), options),
+                mode=effective_mode(self._modes.stored(job), options),
                 max_attempts_without_progress=options.max_attempts_without_progress,
                 # First seen already past its queue: its lines are its own.
                 started=job.state not in (JobState.PENDING, JobState.UNKNOWN),
@@ -187,7 +191,7 @@ class JobEvaluator:
         watch = self._watch(job)
         if watch is None:
             return
-        watch.mode = self._mode_of(job)  # an operator may have switched it since the last pass
+        watch.mode = self._modes.of(job)  # an operator may have switched it since the last pass
         now = self._clock.now()
         if job.state in _RAN:
             watch.started = True
@@ -270,10 +274,10 @@ class JobEvaluator:
         when nothing fatal was seen) has passed: a kernel line read a pass after the crash it
         explains still names the node.
 
-        Not while a job that failed no way of its own is still completing (a person's cancel
+        Not while the job is completing with no failure seen while it ran (a person's cancel
         looks like that until Slurm says CANCELLED), nor while a node of a running job is only
         not responding: the scheduler is about to declare it down and end (and requeue) the job
-        itself, and a requeue issued before that leaves the job's resources half released; the
+        itself, and a requeue issued before that leaves the job's resources half released; that
         wait is bounded by ``detect.node_failure_wait_seconds``."""
         settle = timedelta(seconds=self._settings.detect.settle_seconds)
         if job.state in _ENDED_BADLY:
@@ -294,7 +298,8 @@ class JobEvaluator:
     def _awaits_node_down(
         self, watch: JobWatch, nodes: dict[NodeName, Node], now: datetime
     ) -> bool:
-        """A node of the attempt is reported not responding and not yet declared down."""
+        """True while a node of the attempt is only not responding (not declared down yet), for
+        at most ``detect.node_failure_wait_seconds``."""
         waiting = any(nodes[n].not_responding for n in watch.down_nodes if n in nodes)
         if not waiting:
             return False
@@ -370,27 +375,11 @@ class JobEvaluator:
         present = {j.id for j in jobs}
         for job_id in [j for j in self._watches if j not in present]:
             del self._watches[job_id]
-            self._overrides.pop(job_id, None)
+            self._modes.forget(job_id)
 
-    # ------------------------------------------------------------------ modes
     def read_modes(self) -> None:
-        """Read the run-time modes operators switch through the API (``ModeStore``)."""
-        if not isinstance(self._store, ModeStore):
-            return
-        try:
-            self._modes = self._store.get_modes(self._cluster)
-        except MedicError as exc:
-            logger.warning("cannot read the run-time modes, keeping the last known: %s", exc)
-
-    def _stored_mode(self, job: Job) -> Mode:
-        """The job's partition mode, else the cluster's stored mode, else ``scheduler.mode``."""
-        default = self._settings.scheduler.mode
-        return default if self._modes is None else self._modes.for_partition(job.partition, default)
-
-    def _mode_of(self, job: Job) -> Mode:
-        """The job's mode: its comment's override on top of :meth:`_stored_mode`."""
-        override = self._overrides.get(job.id)
-        return override if override is not None else self._stored_mode(job)
+        """Read the run-time modes operators switch through the API, once per pass."""
+        self._modes.read()
 
     def _audit(self, job_id: JobId, kind: AuditKind, payload: dict[str, object]) -> None:
         now = self._clock.now()

@@ -193,8 +193,9 @@ class Controller:
                     # Any ended job will not run again unless someone requeues it; cancelling
                     # it would only fail ("already completed"). A COMPLETING job is ending
                     # (Slurm shows it so for KillWait seconds after a crash or a cancel):
-                    # cancelling it again on every pass would repeat the command; should it
-                    # come back PENDING (a requeue), the step is needed again and issued then.
+                    # cancelling it again on every pass would repeat the command. Issued once
+                    # per generation: a person who requeues a job medic stopped has the last
+                    # word (a new failure makes a new generation).
                     lambda j: j.state.is_terminal or j.state is JobState.COMPLETING,
                     lambda: sched.cancel(job_id, reason),
                 )

@@ -11,9 +11,10 @@ How lines are read:
   accepted, line numbers are the file's own (1-based).
 - A node file's lines are that node's. A ``job.out`` line is placed on the host it names (NCCL's
   ``host:pid:tid [gpu]`` prefix, a syslog ``host kernel:`` prefix, srun's ``srun: error: host:``)
-  or, with a ``[rankN]:`` prefix, on the node that runs the rank: the ranks each node file
-  shows first, else the default layout (``rank // gpus_per_node`` indexes the node list, sorted
-  with numbers compared as numbers, so ``node2`` sorts before ``node10``).
+  or, with a rank prefix (``[rankN]:``, srun's ``N:``, ...: ``strip_rank_prefix``), on the node
+  that runs the rank: the ranks each node file shows first, else the default layout (``rank //
+  gpus_per_node`` indexes the node list, sorted with numbers compared as numbers, so ``node2``
+  sorts before ``node10``).
 - Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
   syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
   prefix.

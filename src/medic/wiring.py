@@ -17,6 +17,7 @@ from medic.control.external import SecondOpinion
 from medic.control.loop import ControlLoop
 from medic.control.repairs import RepairEngine
 from medic.control.services import Services
+from medic.detect.catalogue import site_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
@@ -128,11 +129,12 @@ def build(
 ) -> Services:
     """Wire one medic process. ``start_workload`` submits the simulator's initial jobs."""
     _check_scheduler(settings)
+    signatures = site_catalogue(settings.detect.extra_signature_files)  # before opening anything
     clock = clock or SystemClock()
     store = open_store(settings)
     parts = _cluster(settings, store, clock, start_workload)
     metrics = PrometheusMetrics()
-    diagnoser = SignatureDiagnoser()
+    diagnoser = SignatureDiagnoser(signatures)
     repairs = None
     if settings.repair.enabled:
         repairs = RepairEngine(

@@ -118,6 +118,8 @@ def _default(value: object) -> str:
         return "`true`" if value else "`false`"
     if value == "":
         return '`""`'
+    if isinstance(value, tuple):
+        return "`[" + ", ".join(map(str, value)) + "]`"
     return f"`{value}`"
 
 

@@ -88,6 +88,14 @@ class DetectSettings:
     settle_seconds: float = 0.5
     """Seconds to wait after the first fatal detection of an attempt for evidence from other
     nodes before attributing; the earliest root cause still wins."""
+    extra_signature_files: tuple[str, ...] = ()
+    """A site's own signatures, added to the built-in catalogue without editing medic: YAML
+    files, or folders whose ``*.yaml`` files are all read (sorted by name), in the catalogue's
+    schema (``docs/signatures.md``; ``area`` is the file's stem) and checked exactly like it at
+    start-up: ids may not clash with the built-in ones or each other, every example must be won
+    by its own signature. A bad file stops medic (exit code 2) naming the file, the signature
+    and the problem. Relative paths are read from medic's working directory. In the environment,
+    separate paths with ``:``. See ``docs/job-logs.md``."""
     node_failure_wait_seconds: float = 60.0
     """Longest wait, while a node of a running job is only not responding, for the scheduler to
     declare it down and end the job itself (Slurm: ``SlurmdTimeout``) before medic acts."""

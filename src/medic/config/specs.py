@@ -4,9 +4,9 @@
 (section, name, annotated type, default, environment variable names and constraint), in the order
 of ``settings.py``. :data:`CONSTRAINTS` is the one table of allowed ranges and :data:`ENV_ALIASES`
 the extra environment variables. :func:`convert` parses a raw value (from a YAML file, the
-environment or an override) by the setting's type (integer, number, boolean, string or enum) and
-checks its constraint; a problem raises :class:`~medic.errors.ConfigError` naming the setting and
-where the value came from, and saying what is allowed::
+environment or an override) by the setting's type (integer, number, boolean, string, list of
+paths or enum) and checks its constraint; a problem raises :class:`~medic.errors.ConfigError`
+naming the setting and where the value came from, and saying what is allowed::
 
     loop.interval_seconds (from MEDIC_LOOP_INTERVAL_SECONDS): expected a number > 0, got "fast"
 
@@ -23,6 +23,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from medic.config.settings import Settings
 from medic.errors import ConfigError
@@ -31,6 +32,7 @@ __all__ = [
     "CONSTRAINTS",
     "ENV_ALIASES",
     "ENV_PREFIX",
+    "PATHS",
     "Bounds",
     "NonEmpty",
     "SettingSpec",
@@ -42,6 +44,8 @@ __all__ = [
 
 ENV_PREFIX = "MEDIC_"
 """Prefix of every environment variable medic reads."""
+PATHS = tuple[str, ...]
+"""The type of a setting that lists paths (``detect.extra_signature_files``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,7 @@ class SettingSpec:
 
     def type_name(self) -> str:
         """Type and constraint in words, without article: ``integer from 1 to 65535``."""
-        if issubclass(self.type, enum.Enum):
+        if _is_enum(self.type):
             return "one of " + ", ".join(str(member.value) for member in self.type)
         noun = _TYPE_NOUNS[self.type]
         if isinstance(self.constraint, NonEmpty):
@@ -186,6 +190,7 @@ _TYPE_NOUNS: Mapping[type, str] = {
     float: "number",
     bool: "boolean (true/false/yes/no/1/0)",
     str: "string",
+    PATHS: "list of paths (a YAML list, or one string with the paths separated by `:`)",
 }
 
 
@@ -236,11 +241,26 @@ def _parse_enum(enum_type: type[enum.Enum], raw: object) -> enum.Enum:
     raise _InvalidError
 
 
+def _parse_paths(raw: object) -> tuple[str, ...]:
+    """A list of non-blank strings, or one string of ``:``-separated paths (blanks dropped)."""
+    if isinstance(raw, str):
+        return tuple(part.strip() for part in raw.split(":") if part.strip())
+    if isinstance(raw, list | tuple) and all(isinstance(p, str) and p.strip() for p in raw):
+        return tuple(p.strip() for p in raw)
+    raise _InvalidError
+
+
+def _is_enum(kind: object) -> TypeGuard[type[enum.Enum]]:
+    """Whether a setting's type is an enum (``tuple[str, ...]`` is no class: no issubclass)."""
+    return isinstance(kind, type) and issubclass(kind, enum.Enum)
+
+
 _PARSERS: Mapping[type, Callable[[object], object]] = {
     int: _parse_int,
     float: _parse_float,
     bool: _parse_bool,
     str: _parse_str,
+    PATHS: _parse_paths,
 }
 
 
@@ -264,7 +284,7 @@ def _number(value: float) -> str:
 
 def convert(spec: SettingSpec, raw: object, where: str) -> object:
     """Parse ``raw`` for ``spec`` and check its constraint; ``where`` names the source."""
-    if issubclass(spec.type, enum.Enum):
+    if _is_enum(spec.type):
         parser: Callable[[object], object] = functools.partial(_parse_enum, spec.type)
     else:
         parser = _PARSERS[spec.type]
@@ -298,7 +318,7 @@ def setting_specs() -> tuple[SettingSpec, ...]:
         hints = typing.get_type_hints(section_type)
         for f in dataclasses.fields(section_type):
             field_type = hints[f.name]
-            if field_type not in _PARSERS and not issubclass(field_type, enum.Enum):
+            if field_type not in _PARSERS and not _is_enum(field_type):
                 raise TypeError(f"{section}.{f.name}: unsupported setting type {field_type!r}")
             primary = f"{ENV_PREFIX}{section.upper()}_{f.name.upper()}"
             dotted = f"{section}.{f.name}"

@@ -1,23 +1,29 @@
 """Load and validate the YAML signature catalogue (schema and rules: docs/signatures.md).
 
 :func:`load_catalogue` reads every ``*.yaml`` file of a directory, sorted by name (default: the
-package's ``catalogue/`` directory through ``importlib.resources``: reading that package data is
-the only I/O in ``medic.detect``), and returns the signatures in file order, then in-file order.
+package's ``catalogue/`` directory through ``importlib.resources``), then a site's own files
+(``extra``: files, or directories whose ``*.yaml`` files are read sorted by name; the setting
+``detect.extra_signature_files``, through :func:`site_catalogue`), and returns the signatures in
+file order, then in-file order. Reading those files is the only I/O in ``medic.detect``.
 Everything the document lists is checked, and a bad file stops medic: the first problem raises
 ``ConfigError(setting="<file>:<signature id>", message=<why>)``, on one line. Checked: keys
 (required, unknown, duplicate), enum values, unique ids across files, canonical field names, the
 pattern rules (statically on the ``re`` parse tree, then it must compile in ``re`` and, when
 installed, in Hyperscan), every example matches with exactly its fields and is won by its own
-signature over the whole catalogue, no counter-example matches. One entry's own checks live in
+signature over the whole catalogue (site files included: a site signature that would win a
+built-in example is refused, naming the site's file and signature), no counter-example matches.
+One entry's own checks live in
 :mod:`medic.detect.catalogue_entry`; this module reads the files and checks what spans signatures
 and files (duplicate keys, unique ids, Hyperscan, which signature wins each example).
 
-``python -m medic.detect.catalogue [DIR]`` validates a directory and prints the count per file
-(exit status 2 and the error on stderr when a file is wrong).
+``python -m medic.detect.catalogue [DIR] [--site PATH ...]`` validates a directory (default: the
+package's) with a site's files and prints the count per file (exit status 2 and the error on
+stderr when a file is wrong).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.resources
 import sys
@@ -33,7 +39,10 @@ from medic.detect.patterns import MAX_MATCH_CHARS, compile_pattern, strip_rank_p
 from medic.detect.signatures import Signature
 from medic.errors import ConfigError
 
-__all__ = ["default_catalogue", "load_catalogue", "main"]
+__all__ = ["SITE_SETTING", "default_catalogue", "load_catalogue", "main", "site_catalogue"]
+
+SITE_SETTING = "detect.extra_signature_files"
+"""The setting that names a site's own catalogue files."""
 
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it
 
@@ -93,10 +102,36 @@ def _files(directory: Path | None) -> list[tuple[str, str, str]]:
     return [(f"{where}/{e.name}", e.name[: -len(".yaml")], e.read_text("utf-8")) for e in files]
 
 
-def _load(directory: Path | None) -> list[tuple[str, list[Signature]]]:
+def _site_files(paths: Sequence[str | Path]) -> list[tuple[str, str, str]]:
+    """(label, stem, text) of each site file: a file as given, a directory's ``*.yaml`` sorted."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            entries = sorted(path.glob("*.yaml"), key=lambda e: e.name)
+            if not entries:
+                raise ConfigError(str(path), "no *.yaml catalogue file in this directory")
+            found += entries
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConfigError(str(path), "no such file or directory")
+    files = []
+    for path in found:
+        try:
+            files.append((str(path), path.stem, path.read_text("utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(str(path), f"cannot read: {exc}") from exc
+    return files
+
+
+def _load(
+    directory: Path | None, extra: Sequence[str | Path] = ()
+) -> list[tuple[str, list[Signature]]]:
     loaded: list[tuple[str, list[Signature]]] = []
     origin: dict[str, str] = {}
-    for label, stem, text in _files(directory):
+    site = _site_files(extra)
+    for label, stem, text in [*_files(directory), *site]:
         signatures = _parse_file(label, stem, text)
         for signature in signatures:
             if signature.id in origin:
@@ -109,24 +144,38 @@ def _load(directory: Path | None) -> list[tuple[str, list[Signature]]]:
     for index, error in hyperscan_errors([s.pattern for s in signatures]).items():
         where = f"{origin[signatures[index].id]}:{signatures[index].id}"
         raise ConfigError(where, f"pattern does not compile in Hyperscan: {error}")
-    _check_winners(signatures, origin)
+    _check_winners(signatures, origin, {label for label, _, _ in site})
     return loaded
 
 
-def _check_winners(signatures: list[Signature], origin: dict[str, str]) -> None:
-    """Each example must be won by its own signature: priority first, then catalogue order."""
+def _check_winners(
+    signatures: list[Signature], origin: dict[str, str], site: set[str] | None = None
+) -> None:
+    """Each example must be won by its own signature: priority first, then catalogue order.
+
+    A site signature (one from a file in ``site``) that wins a built-in example is the problem.
+    """
     ranked = sorted(signatures, key=lambda s: -s.priority)
     regexes = {s.id: compile_pattern(s.pattern) for s in signatures}
+    site = site or set()
     for signature in signatures:
         for number, example in enumerate(signature.examples, 1):
             body = strip_rank_prefix(example.line.splitlines()[0])[0][:MAX_MATCH_CHARS]
             winner = next(s for s in ranked if regexes[s.id].search(body))
-            if winner.id != signature.id:
+            if winner.id == signature.id:
+                continue
+            if origin[winner.id] in site and origin[signature.id] not in site:
                 raise ConfigError(
-                    f"{origin[signature.id]}:{signature.id}",
-                    f"example {number} is won by {winner.id} (priority {winner.priority}, in"
-                    f" {origin[winner.id]}): raise this priority or narrow {winner.id}",
+                    f"{origin[winner.id]}:{winner.id}",
+                    f"wins example {number} of the built-in {signature.id} (in"
+                    f" {origin[signature.id]}): narrow the pattern or give it a priority of"
+                    f" at most {signature.priority}",
                 )
+            raise ConfigError(
+                f"{origin[signature.id]}:{signature.id}",
+                f"example {number} is won by {winner.id} (priority {winner.priority}, in"
+                f" {origin[winner.id]}): raise this priority or narrow {winner.id}",
+            )
 
 
 @functools.cache
@@ -135,19 +184,40 @@ def default_catalogue() -> tuple[Signature, ...]:
     return load_catalogue()
 
 
-def load_catalogue(directory: Path | None = None) -> tuple[Signature, ...]:
-    """Every signature of the catalogue directory (default: the package's), validated.
+def load_catalogue(
+    directory: Path | None = None, *, extra: Sequence[str | Path] = ()
+) -> tuple[Signature, ...]:
+    """Every signature of the catalogue directory (default: the package's), then of the site
+    files and directories in ``extra``, validated together.
 
     Raises ``ConfigError`` naming the file, the signature and the problem.
     """
-    return tuple(s for _, group in _load(directory) for s in group)
+    return tuple(s for _, group in _load(directory, extra) for s in group)
+
+
+def site_catalogue(extra: Sequence[str]) -> tuple[Signature, ...]:
+    """The packaged catalogue with a site's files (``detect.extra_signature_files``) added.
+
+    Raises ``ConfigError`` naming the setting, then the file, the signature and the problem:
+    ``detect.extra_signature_files (/etc/medic/site.yaml:site.step): example 1 does not ...``.
+    """
+    if not extra:
+        return default_catalogue()
+    try:
+        return load_catalogue(extra=extra)
+    except ConfigError as exc:
+        raise ConfigError(f"{SITE_SETTING} ({exc.setting})", exc.message) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m medic.detect.catalogue [DIR]``: validate, print the count per file."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """``python -m medic.detect.catalogue [DIR] [--site PATH ...]``: validate, print the count
+    per file."""
+    parser = argparse.ArgumentParser(prog="python -m medic.detect.catalogue")
+    parser.add_argument("directory", nargs="?", type=Path, help="default: the package's")
+    parser.add_argument("--site", action="append", default=[], help="a site file or directory")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        loaded = _load(Path(args[0]) if args else None)
+        loaded = _load(args.directory, args.site)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

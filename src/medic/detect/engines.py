@@ -3,7 +3,7 @@
 An :class:`Engine` is built from the catalogue's patterns (Python ``re`` syntax, see
 :mod:`medic.detect.patterns`) and scans a whole buffer of newline-separated lines at once,
 returning ``(pattern index, end offset)`` candidates. Candidates are a *superset* filter: every
-line on which pattern ``i`` matches the line's body (the text after the ``[rankN]:`` prefix, per
+line on which pattern ``i`` matches the line's body (the text after its rank prefix, per
 :func:`~medic.detect.patterns.strip_rank_prefix`) yields at least one candidate for ``i`` whose
 byte ``end - 1`` lies on that line; the matcher confirms each candidate with Python ``re``
 (:func:`~medic.detect.patterns.compile_pattern`) and extracts the fields. Engines, best first:

@@ -26,7 +26,11 @@ __all__ = ["HS_END", "HS_START", "hyperscan_expression"]
 # What str.splitlines() ends a line on, besides \n: a body (the text a pattern sees) never
 # contains one, so in a raw buffer they also start and end a body.
 _SEPARATORS = r"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]"
-_PREFIX = r"(?:\[(?:rank|default)[0-9]{1,7}\]:)?[ \t]*"
+# Every rank prefix strip_rank_prefix removes (srun's label, then launcher prefixes), widened.
+_PREFIX = (
+    r"[ \t]*(?:[0-9]{1,7}: [ \t]*)?"
+    r"(?:(?:\[(?:rank|default)?[0-9]{1,7}\][: ]|rank[0-9]{1,7}:)[ \t]*){0,4}"
+)
 HS_START = rf"(?:^|{_SEPARATORS}){_PREFIX}"
 """Where ``^`` matches: a line start (or separator), then an optional rank prefix."""
 HS_END = rf"(?:$|{_SEPARATORS})"

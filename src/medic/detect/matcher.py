@@ -9,8 +9,10 @@ error before the NCCL watchdog line that wraps it, everything before the generic
 exception).
 
 A line carrying embedded line breaks (``str.splitlines``) is matched one physical line at a time,
-so no pattern can match across them. Patterns see the line after its ``[rankN]:`` prefix. A lone
-surrogate (text decoded with ``surrogateescape``) reads as U+FFFD, as in :meth:`scan_bytes`.
+so no pattern can match across them. Patterns see the line after its rank prefix (srun's ``N:``
+label, ``[rankN]:`` and the others of :func:`~medic.detect.patterns.strip_rank_prefix`), whose
+global rank becomes the detection's when the line carries none. A lone surrogate (text decoded
+with ``surrogateescape``) reads as U+FFFD, as in :meth:`scan_bytes`.
 
 Pure and total: no I/O, no clock reads, no logging, and it never raises on any text or bytes.
 Lines longer than :data:`MAX_MATCH_CHARS` are matched on their head only (every known signature

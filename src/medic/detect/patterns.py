@@ -1,11 +1,14 @@
 """What every engine, the matcher and the catalogue share about a signature's pattern.
 
 A pattern is Python ``re`` syntax, matched ASCII (``re.ASCII``: ``\\w``, ``\\d``, ``\\b`` and
-``(?i)`` as in Hyperscan) against a line's body: the text after the ``[rankN]:`` prefix
-(:func:`strip_rank_prefix`), at most :data:`MAX_MATCH_CHARS` characters of it. This module holds
-those rules, the stdlib's own parse tree of a pattern (:func:`parse_pattern`, exact ``re``
-semantics, which the Hyperscan rewrite in :mod:`medic.detect.hyperscan_rewrite` walks) and the
-literals a match must contain (:func:`required_literals`, the engines' pre-filter). Pure: no I/O.
+``(?i)`` as in Hyperscan) against a line's body: the text after its rank prefix
+(:func:`strip_rank_prefix`: srun's ``N:`` label, torchrun's and PyTorch's ``[rankN]:`` and
+the like), at most :data:`MAX_MATCH_CHARS` characters of it. The same function gives a job line's
+rank to the log sources (``medic.schedulers.slurm.logs.parse_rank``), so matching and placement
+agree. This module holds those rules, the stdlib's own parse tree of a pattern
+(:func:`parse_pattern`, exact ``re`` semantics, which the Hyperscan rewrite in
+:mod:`medic.detect.hyperscan_rewrite` walks) and the literals a match must contain
+(:func:`required_literals`, the engines' pre-filter). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 __all__ = [
     "HEAD_BYTES",
     "MAX_MATCH_CHARS",
+    "PREFIX_FIRST_CHARS",
     "REPEATS",
     "UNBOUNDED",
     "best_literals",
@@ -41,18 +45,56 @@ UNBOUNDED: int = int(_C.MAXREPEAT)
 REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 """The parse tree's repeat opcodes (by name): ``(low, high, subtree)`` arguments."""
 
-# torchrun/srun prefixes: ``[rank3]:`` (global rank, kept) and ``[default3]:`` (torchrun --tee,
-# a local rank, dropped).
-_RANK_PREFIX = re.compile(r"\[(?:rank(?P<rank>[0-9]{1,7})|default[0-9]{1,7})\]:[ \t]*")
+# A rank prefix is srun --label's task number (``3: ``, padded with blanks), then up to four
+# launcher prefixes: ``[rank3]:`` and ``[rank3] `` (PyTorch, many trainers), ``rank3:``, ``[3]:``
+# (torchrun with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"): global ranks; and
+# ``[default3]:`` (torchrun --tee: role "default" and a LOCAL rank, stripped but not reported).
+PREFIX_FIRST_CHARS = frozenset("[r0123456789 \t")
+"""The characters a line with a rank prefix can start with (the fast path of the check)."""
+_LAUNCHER = re.compile(
+    r"(?:\[(?:rank(?P<rank>[0-9]{1,7})|(?P<number>[0-9]{1,7})|default[0-9]{1,7})\]:"
+    r"|\[rank(?P<bare>[0-9]{1,7})\] |rank(?P<plain>[0-9]{1,7}):)[ \t]*"
+)
+_MAX_LAUNCHER_PREFIXES = 4
+_DIGITS = frozenset("0123456789")
 
 
 def strip_rank_prefix(text: str) -> tuple[str, int | None]:
-    """The line without its leading ``[rankN]:`` / ``[defaultN]:`` prefix, and the global rank."""
-    match = _RANK_PREFIX.match(text) if text[:1] == "[" else None
-    if match is None:
-        return text.lstrip(" \t"), None
-    rank = match.group("rank")
-    return text[match.end() :], int(rank) if rank is not None else None
+    """The line's body (without its rank prefix and leading blanks) and the global rank it names.
+
+    The rank is the last global one among the launcher prefixes, else srun's label when the line
+    has no launcher prefix at all (``3: [default3]: x`` names a task and a local rank, not a
+    global rank: None). ASCII digits only.
+    """
+    first = text[:1]
+    if first not in PREFIX_FIRST_CHARS:
+        return text, None
+    if first == " " or first == "\t":
+        text = text.lstrip(" \t")
+        first = text[:1]
+    label: int | None = None
+    pos = 0
+    if first in _DIGITS:  # srun --label: "N: "
+        colon = text.find(": ", 1, 9)
+        if colon < 0 or not text[:colon].isascii() or not text[:colon].isdigit():
+            return text, None
+        label, pos = int(text[:colon]), colon + 2
+        while text[pos : pos + 1] in (" ", "\t"):
+            pos += 1
+    elif first != "[" and first != "r":
+        return text, None
+    rank: int | None = None
+    launched = False
+    for _ in range(_MAX_LAUNCHER_PREFIXES):
+        if text[pos : pos + 1] not in ("[", "r"):
+            break
+        found = _LAUNCHER.match(text, pos)
+        if found is None:
+            break
+        launched, pos = True, found.end()
+        if found.lastgroup is not None:
+            rank = int(found[found.lastgroup])
+    return (text[pos:] if pos else text), (rank if launched else label)
 
 
 def compile_pattern(pattern: str) -> re.Pattern[str]:

@@ -10,8 +10,9 @@ so specific signatures win over generic ones (a CUDA ECC error over the NCCL wat
 wraps it, everything over the generic Python exception).
 
 Patterns are stdlib ``re`` regexes with named groups for the fields they extract, restricted to
-what Hyperscan also compiles, applied to one physical line at a time after the ``[rankN]:``
-prefix is stripped. This module is types only: no I/O, no compilation.
+what Hyperscan also compiles, applied to one physical line at a time after its rank prefix
+(``[rankN]:``, srun's ``N:`` label, ...: :func:`medic.detect.patterns.strip_rank_prefix`) is
+stripped. This module is types only: no I/O, no compilation.
 """
 
 from __future__ import annotations

@@ -51,6 +51,13 @@ AWKWARD = [
     "[rank1]:",
     "[rank1]:   KeyError: 'x'",
     "[default0]: RuntimeError: CUDA error: unknown error",
+    "[rank0] KeyError: 'x'",
+    "rank3: Traceback (most recent call last):",
+    "[7]: KeyError: 'y'",
+    "  3: [default3]: KeyError: 'z'",
+    "12: [rank12]: KeyError: 'w'",
+    "0: [default0]:[rank8]:   KeyError: 'v'",
+    "3: Saved checkpoint at iteration 40 to /ckpt",
     "noise\rRuntimeError: CUDA error: unspecified launch failure",
     "KeyError: 'a'\x0bValueError: b",
     "ValueError: é\u2028[rank2]: AssertionError",
@@ -116,6 +123,7 @@ _FRAGMENTS = st.sampled_from(
     [e.line[:40] for s in CATALOGUE for e in s.examples[:1]]
     + [e.line[:40] for s in YAML for e in s.examples]
     + ["[rank1]:", "NVRM: Xid (PCI:0000:3a:00): ", "79, ", "pid=", ": ", "Error", " ", "é"]
+    + ["[rank2] ", "rank4:", "[3]:", "[default1]:", "5: ", "\t"]
     + ["\n", "\r", "\x00", "\u2028", "Watchdog caught collective operation timeout", "0", "9"]
 )
 
@@ -200,6 +208,10 @@ def test_anchor_accepts_the_rank_prefix_and_line_breaks() -> None:
     data = b"Root\n[rank3]:  Root\nx Root\nx\rRoot\n  Root"
     lines = [data.count(b"\n", 0, end) for _, end in engine.scan(data)]
     assert lines == [0, 1, 3, 4]
+    prefixed = [b"[rank3] Root", b"rank3:Root", b"[3]: Root", b"3: Root", b"  3:  [default3]: Root"]
+    prefixed += [b"3: [default3]:[rank27]: Root", b"x: Root", b"[rank3]Root"]
+    data = b"\n".join(prefixed)
+    assert [data.count(b"\n", 0, end) for _, end in engine.scan(data)] == [0, 1, 2, 3, 4, 5]
     # A long literal is cheaper to find anywhere than to follow from every line start.
     assert hyperscan_expression(r"^Traceback \(most")[0] == rb"Traceback \x28most"
 
@@ -244,9 +256,29 @@ def test_chunks_and_threads_give_the_same_hits() -> None:
     ("text", "body", "rank"),
     [
         ("[rank12]: x", "x", 12),
-        ("[default3]:\t x", "x", None),
-        ("  [rank1]: x", "[rank1]: x", None),
+        ("[default3]:\t x", "x", None),  # torchrun --tee: a local rank
+        ("  [rank1]: x", "x", 1),
+        ("[rank0] step 10 loss 2.3", "step 10 loss 2.3", 0),  # no colon: a blank follows
+        ("rank7: x", "x", 7),
+        ("[5]: x", "x", 5),  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"
+        ("3: x", "x", 3),  # srun --label
+        ("  12: x", "x", 12),
+        ("12: [rank12]: x", "x", 12),
+        ("3: [default3]: x", "x", None),  # a task and a local rank: no global rank
+        ("0: [default0]:[rank8]: x", "x", 8),
+        ("[rank0]:[W reducer.cpp:1] x", "[W reducer.cpp:1] x", 0),
         ("[rank١]: x", "[rank١]: x", None),  # ASCII digits only
+        ("١: x", "١: x", None),
+        ("[rank0]", "[rank0]", None),
+        ("[rank0]x", "[rank0]x", None),
+        ("[Rank 0] step=1", "[Rank 0] step=1", None),  # DeepSpeed's log_dist, mid-line
+        ("[ 1234.567890] NVRM: Xid", "[ 1234.567890] NVRM: Xid", None),  # dmesg
+        ("12:34:56 x", "12:34:56 x", None),
+        ("2026-01-01 x", "2026-01-01 x", None),
+        ("12345678: x", "12345678: x", None),
+        ("time 12: x", "time 12: x", None),
+        ("ranking: x", "ranking: x", None),
+        ("   ", "", None),
         ("", "", None),
     ],
 )

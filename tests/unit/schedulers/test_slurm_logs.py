@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from medic.config.settings import SlurmSettings
+from medic.detect.patterns import strip_rank_prefix
 from medic.domain.cluster import Job, JobState
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
@@ -198,7 +199,31 @@ def test_kernel_logs_are_found_by_template_and_read_from_their_end(
         ("plain line", None),
         ("[default3]: torchrun local rank", None),
         ("time 12: not a label", None),
+        ("[rank0] step 10 loss 2.3", 0),  # no colon, then a blank
+        ("rank7: saved checkpoint at step 5", 7),
+        ("[5]: x", 5),  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"
+        ("12: [rank12]: x", 12),
+        ("3: [default3]: x", None),  # srun's task and torchrun's local rank: no global rank
+        ("0: [default0]:[rank8]: x", 8),
+        ("  [rank4]: x", 4),
+        ("[rank0]", None),
+        ("[Rank 0] step=1, skipped=0", None),
+        ("12:34:56 not a label", None),
     ],
 )
 def test_parse_rank(text: str, rank: int | None) -> None:
     assert parse_rank(text) == rank
+    assert parse_rank(text) == strip_rank_prefix(text)[1]  # the matcher's rank, by construction
+
+
+def test_labelled_lines_carry_their_rank(tmp_path: Path, cursors: Cursors) -> None:
+    logs = source(cursors)
+    out = tmp_path / "o.out"
+    append(out, b"0: [default0]:[rank8]: iter 5: loss 2.1\n 3: saved checkpoint at step 9\n")
+    append(out, b"3: [default3]: step 10 loss 2.0\n")
+    lines = list(logs.read_new([job(out)]))
+    assert [(line.rank, line.text) for line in lines] == [
+        (8, "0: [default0]:[rank8]: iter 5: loss 2.1"),
+        (3, " 3: saved checkpoint at step 9"),
+        (None, "3: [default3]: step 10 loss 2.0"),
+    ]

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Protocol
 
 from medic.config.settings import SlurmSettings
+from medic.detect.patterns import strip_rank_prefix
 from medic.domain.cluster import Job
 from medic.domain.ids import JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
@@ -50,9 +51,6 @@ RESCAN_SECONDS = 30.0
 TRUNCATED = " [truncated]"
 CURSOR_PREFIX = "slurm-log:"
 
-_LABEL = re.compile(r"^\s*(\d{1,7}): ")
-_RANK = re.compile(r"\[rank(\d{1,7})\]:")
-
 
 class CursorStore(Protocol):
     """The part of the ``Store`` the log source uses."""
@@ -63,13 +61,13 @@ class CursorStore(Protocol):
 
 
 def parse_rank(text: str) -> int | None:
-    """The rank a job line reveals: our ``[rankN]:`` prefix, else srun ``--label``'s ``N: ``."""
-    label = _LABEL.match(text)
-    rest = text[label.end() :] if label else text
-    rank = _RANK.match(rest.lstrip())
-    if rank:
-        return int(rank.group(1))
-    return int(label.group(1)) if label else None
+    """The global rank a job line's prefix names (``[rankN]:``, ``[rankN] ``, ``rankN:``,
+    ``[N]:``, srun ``--label``'s ``N: ``; torchrun's ``[defaultN]:`` is a local rank: None).
+
+    The signature matcher strips the same prefixes (:func:`medic.detect.patterns.strip_rank_prefix`
+    is the one definition), so a line's rank and the text its signature sees always agree.
+    """
+    return strip_rank_prefix(text)[1]
 
 
 @dataclass(slots=True)

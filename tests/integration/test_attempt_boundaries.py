@@ -151,3 +151,30 @@ def test_the_wait_for_a_not_responding_node_is_bounded(make_harness: MakeHarness
     rig.pass_(rig.job(JobState.RUNNING), nodes=[lost])
     advice = rig.h.store.advice_for_job(CLUSTER, JOB)
     assert advice is not None and advice.exclude_nodes == {NodeName("node2")}
+
+
+def test_an_exception_on_every_rank_in_plain_print_style_stops_at_the_first_attempt(
+    make_harness: MakeHarness,
+) -> None:
+    # The independent harness's trainer: `[rankN] ` prefixes (a space, no colon) and no
+    # Megatron wording. medic retried it twice before it could tell the ranks apart.
+    rig = Rig(make_harness(mode=Mode.ACT))
+    rig.pass_(rig.job(JobState.RUNNING), [f"[rank{r}] step 40 loss 2.3105" for r in (0,)])
+    trace = []
+    for rank in range(16):
+        trace += [
+            f"[rank{rank}] Traceback (most recent call last):",
+            f'[rank{rank}]   File "/opt/train/loop.py", line 88, in train_step',
+            f"[rank{rank}]     labels = batch['labels']",
+            f"[rank{rank}] KeyError: 'labels'",
+        ]
+    rig.pass_(rig.job(JobState.RUNNING), trace)
+    for _ in range(3):
+        rig.pass_(rig.job(JobState.FAILED))
+    advice = rig.h.store.advice_for_job(CLUSTER, JOB)
+    assert advice is not None
+    assert (advice.attempt, advice.action, advice.rule) == (
+        0,
+        AdviceAction.STOP,
+        "application-error-stop",
+    )

@@ -13,23 +13,7 @@ from medic.config.loading import load_settings, load_settings_with_sources
 from medic.errors import ConfigError
 from medic.wiring import build
 
-SITE = """\
-area: site
-signatures:
-  - id: site.train_step
-    title: Training step (our in-house trainer)
-    domain: none
-    role: progress
-    severity: info
-    implicates: none
-    action: none
-    priority: 20
-    pattern: '^\\[train\\] global step (?P<step>\\d{1,12}) of \\d{1,12} done'
-    reference: https://wiki.example.org/trainer-logs
-    examples:
-      - line: '[train] global step 120 of 5000 done'
-        fields: {step: "120"}
-"""
+SITE = (Path(__file__).parents[2] / "assets" / "site_signatures.yaml").read_text(encoding="utf-8")
 
 
 def test_default_is_no_site_file() -> None:

@@ -27,25 +27,7 @@ from medic.errors import ConfigError
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 # A trainer that prints "[train] global step 120 of 5000 done" (a site's own style).
-SITE = """\
-area: site
-signatures:
-  - id: site.train_step
-    title: Training step (our in-house trainer)
-    domain: none
-    role: progress
-    severity: info
-    implicates: none
-    action: none
-    priority: 20
-    pattern: '^\\[train\\] global step (?P<step>\\d{1,12}) of \\d{1,12} done'
-    reference: https://wiki.example.org/trainer-logs
-    examples:
-      - line: '[train] global step 120 of 5000 done'
-        fields: {step: "120"}
-    counter_examples:
-      - '[eval] global step 120 of 5000 done'
-"""
+SITE = (Path(__file__).parents[2] / "assets" / "site_signatures.yaml").read_text(encoding="utf-8")
 
 
 def _site(directory: Path, text: str = SITE, name: str = "site.yaml") -> Path:

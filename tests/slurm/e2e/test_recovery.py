@@ -72,7 +72,11 @@ REQUEUE_TRAIL: Trail = [
 
 # ------------------------------------------------------------------------------------ helpers
 def start_training(jobs: Jobs, name: str, comment: str, trainer: Trainer = MEGATRON) -> TrainingJob:
-    """Submit a 2-node job and wait until it runs on node1+node2 and saved a checkpoint."""
+    """Submit a 2-node job and wait until it runs on node1+node2 and saved a checkpoint.
+
+    Each trainer's job has its own name, so its own output file: the file of an ended job of the
+    same name would be the new job's (``--open-mode=append``)."""
+    name = name if trainer is MEGATRON else f"{name}-{trainer.name}"
     job = jobs.new(name, comment, checkpoint_every=CHECKPOINT_EVERY, trainer=trainer)
     info = poll("the job to run", job.running, timeout=60)
     assert job.node_list(info) == ["node1", VICTIM]

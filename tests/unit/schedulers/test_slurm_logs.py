@@ -4,6 +4,7 @@ from the stored cursor, undecodable bytes, huge lines, kernel logs and rank pref
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -226,4 +227,24 @@ def test_labelled_lines_carry_their_rank(tmp_path: Path, cursors: Cursors) -> No
         (8, "0: [default0]:[rank8]: iter 5: loss 2.1"),
         (3, " 3: saved checkpoint at step 9"),
         (None, "3: [default3]: step 10 loss 2.0"),
+    ]
+
+
+def test_a_resubmission_sharing_the_output_file_gets_its_new_lines(
+    tmp_path: Path, cursors: Cursors
+) -> None:
+    # The same --output with --open-mode=append for an ended job and its resubmission: the
+    # file's new lines are the live job's, whichever order squeue lists them in.
+    out = tmp_path / "train.out"
+    out.write_text("old run's last line\n")
+    ended = replace(job(out, JobState.CANCELLED), id=JobId("11"))
+    live = replace(job(out), id=JobId("12"))
+    src = source(cursors)
+    assert [(line.job_id, line.text) for line in src.read_new([live, ended])] == [
+        ("12", "old run's last line")
+    ]
+    with out.open("a") as handle:
+        handle.write("new run's first line\n")
+    assert [(line.job_id, line.text) for line in src.read_new([ended, live])] == [
+        ("12", "new run's first line")
     ]

@@ -1,6 +1,7 @@
 """``SlurmLogSource``: tails the job output files and node kernel logs a Slurm cluster writes.
 
-Job lines come from each watched job's ``log_paths`` (its expanded StdOut/StdErr); kernel lines
+Job lines come from each watched job's ``log_paths`` (its expanded StdOut/StdErr; a file two jobs
+share, a resubmission with the same ``--output``, is read for the live one); kernel lines
 from ``slurm.kernel_log_template`` with ``{node}`` filled in, for every node whose file exists
 (re-listed at most every ``RESCAN_SECONDS``) and the nodes of the jobs passed in. Only new bytes
 are read. Where each file was left is kept in the store (``slurm-log:<path>`` ->
@@ -23,7 +24,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from medic.config.settings import SlurmSettings
@@ -50,6 +51,7 @@ RESCAN_SECONDS = 30.0
 """How often the kernel-log template is globbed for nodes' files."""
 TRUNCATED = " [truncated]"
 CURSOR_PREFIX = "slurm-log:"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 class CursorStore(Protocol):
@@ -111,9 +113,13 @@ class SlurmLogSource:
 
     # --- what to read --------------------------------------------------------------------
     def _targets(self, jobs: Sequence[Job]) -> Iterator[_Target]:
+        owners: dict[str, Job] = {}
         for job in jobs:
             for path in job.log_paths:
-                yield _Target(path, LogStream.JOB, job.id, None, job.state.is_terminal)
+                if path not in owners or _writes_now(job, owners[path]):
+                    owners[path] = job
+        for path, job in owners.items():
+            yield _Target(path, LogStream.JOB, job.id, None, job.state.is_terminal)
         if not self._template:
             return
         nodes = dict(self._scan_kernel_logs())
@@ -210,6 +216,16 @@ class SlurmLogSource:
             rank=rank,
             seq=self._seq,
         )
+
+
+def _writes_now(job: Job, other: Job) -> bool:
+    """Of two jobs with the same output file (a resubmission with the same ``--output`` and
+    ``--open-mode=append``), whether ``job`` is the one whose lines the file gets now: a live job
+    over an ended one, else the later submission. The file has one cursor, so its new lines go
+    to one job only."""
+    if job.state.is_terminal != other.state.is_terminal:
+        return not job.state.is_terminal
+    return (job.submit_time or _EPOCH, job.id) > (other.submit_time or _EPOCH, other.id)
 
 
 def _decode(raw: bytes) -> str:

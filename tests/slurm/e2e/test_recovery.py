@@ -125,7 +125,7 @@ def assert_resumed(job: TrainingJob, checkpoint: int, *, avoid: str | None) -> N
     assert steps[0] == checkpoint + 1
 
 
-def assert_one_requeue(job: TrainingJob, *, avoid: str | None, watch_s: float = 6.0) -> None:
+def assert_one_requeue(job: TrainingJob, *, avoid: str | None, watch_s: float = 4.0) -> None:
     """Exactly one requeue for the fault: still running its first restart, ``watch_s`` seconds
     after medic's advice converged (a second requeue would show as Restarts=2 or PENDING)."""
     deadline = time.monotonic() + watch_s

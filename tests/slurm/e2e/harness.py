@@ -1,6 +1,7 @@
 """What the end-to-end tests and ``benchmarks/bench_slurm_recovery.py`` share: the training job
-(``train.py`` under ``sbatch`` + ``srun``), its faults, medic built on real Slurm, and readers of
-the scheduler's and the store's state.
+under ``sbatch`` + ``srun`` (one of two trainers: ``train.py``, Megatron-style, and
+``train_ds.py``, DeepSpeed under ``srun --label``), its faults, medic built on real Slurm, and
+readers of the scheduler's and the store's state.
 
 No pytest here: the benchmark imports it too. Times are ``time.time()`` (the wall clock), which
 is what the store's timestamps use.

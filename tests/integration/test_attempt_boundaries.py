@@ -178,3 +178,31 @@ def test_an_exception_on_every_rank_in_plain_print_style_stops_at_the_first_atte
         AdviceAction.STOP,
         "application-error-stop",
     )
+
+
+# Verbatim from a public report of a requeue's teardown (github.com/facebookincubator/submitit
+# issue 1708): the handler of the requeued run exits 1, which read as the new run's failure
+# would be a cascade of an application error.
+SUBMITIT_1708 = [
+    "slurmstepd: error: *** JOB 608 ON SERVER_NAME CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB"
+    " REQUEUE ***",
+    "slurmstepd: error: *** STEP 608.0 ON SERVER_NAME CANCELLED AT 2022-08-12T02:06:12 DUE TO"
+    " JOB REQUEUE ***",
+    "slurmstepd: error: Failed to send MESSAGE_TASK_EXIT: Connection refused",
+    "slurmstepd: error: Failed to send MESSAGE_TASK_EXIT: Connection refused",
+    "srun: error: SERVER_NAME: tasks 2-3: Exited with exit code 1",
+]
+
+
+def test_a_public_requeue_teardown_is_the_ended_attempts(make_harness: MakeHarness) -> None:
+    rig = Rig(make_harness(mode=Mode.ACT))
+    rig.pass_(rig.job(JobState.RUNNING))
+    queued = replace(rig.job(JobState.PENDING, restart=1), held=True)
+    rig.pass_(queued, SUBMITIT_1708)
+    for _ in range(10):
+        rig.pass_(replace(queued, held=False))
+    for _ in range(10):
+        rig.pass_(rig.job(JobState.RUNNING, restart=1))
+    assert rig.attempts_of("slurm.task_exit") == [0]
+    assert rig.attempts_of("slurm.cancelled_requeue") == [0, 0]
+    assert rig.h.store.advice_for_job(CLUSTER, JOB) is None

@@ -87,7 +87,8 @@ class JobEvaluator:
         self._second_opinion = second_opinion
         self._watches: dict[JobId, JobWatch] = {}
         self._invalid_options: dict[JobId, str | None] = {}
-        self._modes = JobModes(cluster, store, settings.scheduler.mode)
+        self.modes = JobModes(cluster, store, settings.scheduler.mode)
+        """Each watched job's mode; the loop reads the stored modes once per pass."""
 
     # ------------------------------------------------------------------ errors + latency
     def back_off(self, job_id: JobId, exc: Exception) -> None:
@@ -150,11 +151,11 @@ class JobEvaluator:
                     self._invalid_options[job.id] = job.comment
                     self._audit(job.id, AuditKind.JOB_OPTIONS_INVALID, {"error": str(exc)})
                 return None
-            self._modes.set_override(job.id, options.mode)
+            self.modes.set_override(job.id, options.mode)
             watch = JobWatch(
                 job_id=job.id,
                 attempt=job.restart_count,
-                mode=effective_mode(self._modes.stored(job), options),
+                mode=effective_mode(self.modes.stored(job), options),
                 max_attempts_without_progress=options.max_attempts_without_progress,
                 # First seen already past its queue: its lines are its own.
                 started=job.state not in (JobState.PENDING, JobState.UNKNOWN),
@@ -191,7 +192,7 @@ class JobEvaluator:
         watch = self._watch(job)
         if watch is None:
             return
-        watch.mode = self._modes.of(job)  # an operator may have switched it since the last pass
+        watch.mode = self.modes.of(job)  # an operator may have switched it since the last pass
         now = self._clock.now()
         if job.state in _RAN:
             watch.started = True
@@ -375,11 +376,7 @@ class JobEvaluator:
         present = {j.id for j in jobs}
         for job_id in [j for j in self._watches if j not in present]:
             del self._watches[job_id]
-            self._modes.forget(job_id)
-
-    def read_modes(self) -> None:
-        """Read the run-time modes operators switch through the API, once per pass."""
-        self._modes.read()
+            self.modes.forget(job_id)
 
     def _audit(self, job_id: JobId, kind: AuditKind, payload: dict[str, object]) -> None:
         now = self._clock.now()

@@ -114,9 +114,10 @@ class Controller:
             return self._report(advice, Outcome(Reconciliation.ABANDONED, abandoned))
         first_effect: datetime | None = None
         steps = self._steps(advice)
+        issued = self._issued(advice, steps)
         for step in steps:
             job = self._scheduler.get_job(advice.job_id)
-            if step.is_done(job) or self._issued(advice, step.kind):
+            if step.is_done(job) or step.kind in issued:
                 self._record_skip(advice, step.kind)
                 continue
             held_back = step.wait(job) or self._backing_off(advice, step.kind)
@@ -140,11 +141,10 @@ class Controller:
                 return self._report(
                     advice, Outcome(Reconciliation.ABANDONED, given_up, first_effect)
                 )
+            issued.add(step.kind)
             first_effect = first_effect or done_at
         job = self._scheduler.get_job(advice.job_id)
-        if all(s.is_done(job) or self._issued(advice, s.kind) for s in steps) and _converged(
-            advice, job
-        ):
+        if all(s.is_done(job) or s.kind in issued for s in steps) and _converged(advice, job):
             return self._report(
                 advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
             )
@@ -153,11 +153,17 @@ class Controller:
         )
 
     # ------------------------------------------------------------------ once, bounded
-    def _issued(self, advice: Advice, kind: ActionKind) -> bool:
-        """This generation already issued the step successfully: never again (a stale read must
-        not requeue a job twice)."""
-        record = self._ledger.get_action(idempotency_key(advice.id, advice.generation, kind))
-        return record is not None and record.status is ActionStatus.SUCCEEDED
+    def _issued(self, advice: Advice, steps: list[_Step]) -> set[ActionKind]:
+        """The steps this generation already issued successfully: never again (a stale read
+        must not requeue a job twice). Read once per call, one ledger lookup a step."""
+        found = set()
+        for step in steps:
+            record = self._ledger.get_action(
+                idempotency_key(advice.id, advice.generation, step.kind)
+            )
+            if record is not None and record.status is ActionStatus.SUCCEEDED:
+                found.add(step.kind)
+        return found
 
     def _backing_off(self, advice: Advice, kind: ActionKind) -> str | None:
         failures = self._failures.get(idempotency_key(advice.id, advice.generation, kind))

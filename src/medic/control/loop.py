@@ -137,7 +137,7 @@ class ControlLoop:
         now = self._clock.now()
         self._store.sync_nodes(self._cluster, nodes, now)
         self._store.sync_jobs(self._cluster, jobs, now)
-        self._jobs.read_modes()
+        self._jobs.modes.read()
         lines = self._logs.read_new(jobs)
         found = self._diagnoser.scan(lines)
         detections = self._jobs.route(found, jobs)

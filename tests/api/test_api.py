@@ -239,7 +239,12 @@ def test_nodes_are_listed_with_their_state(scenario: Scenario, client: TestClien
     jobs = client.get("/api/v1/jobs").json()
     running = {node for j in jobs if j["state"] == "running" for node in j["nodes"]}
     states = {n["name"]: n["state"] for n in nodes}
-    assert all(states[node] == "allocated" for node in running)
+    # Both faulty nodes have a critical alert: in this act-mode cluster they are cordoned
+    # (drained, a job left running), whatever the observed job's own observe mode.
+    cordoned = {n["name"] for n in nodes if (n["reason"] or "").startswith("medic: cordon alert")}
+    assert cordoned == {scenario.acted.node, scenario.observed.node}
+    assert all(states[node] == "allocated" for node in running - cordoned)
+    assert all(states[node] == "draining" for node in running & cordoned)
 
 
 def test_advice_feed_all_versus_active(scenario: Scenario, client: TestClient) -> None:
@@ -289,7 +294,12 @@ def test_timeline_tells_the_whole_story_of_a_recovered_job(
     assert any("fallen off the bus" in e["text"] for e in verdict["evidence"])
 
     actions = timeline["actions"]
-    assert [a["kind"] for a in actions] == ["requeue_hold", "exclude_nodes", "release"]
+    steps = [a["kind"] for a in actions if a["node"] is None]
+    assert steps == ["requeue_hold", "exclude_nodes", "release"]
+    # the nodes medic itself added to the job's exclusions (taken off once they are back): the
+    # faulty node, and the other job's node with a critical alert
+    added = {(a["kind"], a["node"]) for a in actions if a["node"]}
+    assert added == {("exclude_nodes", node), ("exclude_nodes", scenario.observed.node)}
     assert all(a["status"] == "succeeded" and a["job_id"] == "1" for a in actions)
     assert {a["advice_id"] for a in actions} == {timeline["job"]["advice"]["id"]}
 

@@ -242,6 +242,22 @@ class RepairSettings:
     rejoin_timeout_seconds: float = 1800.0
     """Seconds a repaired node has to come back (answer again, rebooted when the action reboots
     it); past that the repair fails and the node stays drained."""
+    alert_clear_seconds: float = 1800.0
+    """An alert raised from a log line (a catalogue signature in a kernel or job log, or the
+    agent's kernel finding) clears once its signal has been absent this long (no new sighting):
+    a line is printed once, so without a window a healed node would stay degraded forever. An
+    active repair answering the alert decides instead; a person can resolve one at any time
+    (``medic alerts resolve``). 0: only a repair or a person clears them."""
+    critical_alert_clear_seconds: float = 3600.0
+    """The clear window of a critical alert (Xid 79, double-bit ECC, ...): longer, because a GPU
+    that fell off the bus prints its Xid once and stays broken. 0: only a repair or a person."""
+    cordon: bool = True
+    """In act mode (the cluster's, or every partition of the node), drain a node as soon as a
+    critical alert with direct evidence fires on it, whatever the approval state of its repair
+    (reason ``medic: cordon alert <id> ...``; no job is killed, running jobs finish), so new jobs
+    stop landing on it while a person decides; it returns to service when the alert clears, its
+    repair is done or a person resolves the alert. False: nodes leave the pool only when their
+    repair starts."""
 
 
 @dataclass(frozen=True, slots=True)

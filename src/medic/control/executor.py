@@ -231,9 +231,7 @@ class Controller:
                 _Step(
                     ActionKind.EXCLUDE_NODES,
                     lambda j: excluded <= j.excluded_nodes or _runs_elsewhere(j, attempt, excluded),
-                    lambda: sched.set_excluded_nodes(
-                        job_id, excluded | sched.get_job(job_id).excluded_nodes
-                    ),
+                    lambda: self._exclude(advice, excluded),
                 )
             )
         steps.append(
@@ -245,6 +243,28 @@ class Controller:
             )
         )
         return steps
+
+    def _exclude(self, advice: Advice, excluded: frozenset[NodeName]) -> None:
+        """Add ``excluded`` to the job's exclusions and record, one ledger row per node, those
+        medic added (not the job's own): only those are taken off again once their node is back
+        in service (:mod:`medic.control.exclusions`)."""
+        before = self._scheduler.get_job(advice.job_id).excluded_nodes
+        self._scheduler.set_excluded_nodes(advice.job_id, excluded | before)
+        now = self._clock.now()
+        for node in sorted(excluded - before):
+            key = idempotency_key(advice.id, advice.generation, ActionKind.EXCLUDE_NODES, node)
+            added = ActionRecord(
+                key=key,
+                cluster=advice.cluster,
+                kind=ActionKind.EXCLUDE_NODES,
+                status=ActionStatus.STARTED,
+                job_id=advice.job_id,
+                node=node,
+                advice_id=advice.id,
+                started_at=now,
+            )
+            if self._ledger.begin_action(added):
+                self._ledger.finish_action(key, ActionStatus.SUCCEEDED, now)
 
     def _execute(self, advice: Advice, step: _Step) -> datetime:
         key = idempotency_key(advice.id, advice.generation, step.kind)

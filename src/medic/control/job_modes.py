@@ -8,9 +8,10 @@ stored modes are read once per pass; when the store cannot answer, the last know
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
-from medic.domain.cluster import Job, Mode
-from medic.domain.ids import ClusterName, JobId
+from medic.domain.cluster import Job, Mode, Node
+from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.modes import ClusterModes
 from medic.errors import MedicError
 from medic.ports import ModeStore, Store
@@ -51,6 +52,19 @@ class JobModes:
         """The job's partition mode, else the cluster's stored mode, else ``scheduler.mode``."""
         modes = self._modes
         return self._default if modes is None else modes.for_partition(job.partition, self._default)
+
+    def acting_nodes(self, nodes: Iterable[Node]) -> frozenset[NodeName]:
+        """The nodes in act mode: every partition of the node in act mode (the cluster's mode for
+        a node in none). A node shared with an observe-mode partition is never acted on: its
+        jobs' owners asked for recommendations only."""
+        modes = self._modes
+
+        def mode(partition: str | None) -> Mode:
+            return self._default if modes is None else modes.for_partition(partition, self._default)
+
+        return frozenset(
+            n.name for n in nodes if all(mode(p) is Mode.ACT for p in (n.partitions or (None,)))
+        )
 
     def of(self, job: Job) -> Mode:
         """The job's mode: its comment's override on top of :meth:`stored`."""

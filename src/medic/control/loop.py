@@ -58,9 +58,14 @@ class NodeRepairs(Protocol):
     """Node auto-repair as the loop sees it (``medic.control.repairs.RepairEngine``)."""
 
     def run_pass(
-        self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]
+        self,
+        nodes: Sequence[Node],
+        jobs: Sequence[Job],
+        detections: Sequence[Detection],
+        acting: frozenset[NodeName] = ...,
     ) -> object:
-        """One repair pass over what this loop pass read (detections: every scan result)."""
+        """One repair pass over what this loop pass read (detections: every scan result;
+        ``acting``: the nodes in act mode, which it may take out of the pool)."""
         ...
 
     def placement_exclusions(self) -> frozenset[NodeName]:
@@ -163,7 +168,7 @@ class ControlLoop:
         if self._repairs is None:
             return
         try:
-            self._repairs.run_pass(nodes, jobs, detections)
+            self._repairs.run_pass(nodes, jobs, detections, self._jobs.modes.acting_nodes(nodes))
         except Exception:  # node repair failing must not stop job recovery
             self._metrics.loop_error("repair")
             logger.exception("node-repair pass failed")

@@ -10,7 +10,9 @@
   alerts, observed and never overridden, resolved when the state clears; a node medic is
   restarting (executing, rejoining, validating) raises none;
 - alerts others stored (the node agent, detectors, through the API) are noticed when they start
-  firing (those that fired before this engine started are not announced again).
+  firing (those that fired before this engine started are not announced again);
+- an alert raised from a log line clears once its signal has been absent for its clear window
+  (:mod:`medic.policy.clearing`), audited with the window.
 
 :func:`submit_drain_requests` hands repair requests written in Slurm drain reasons or node
 comments (``medic-request:``) to :func:`medic.control.intake.submit_repair`. Shared by the
@@ -42,6 +44,7 @@ from medic.domain.repairs import (
     RepairState,
 )
 from medic.errors import InputError, MedicError
+from medic.policy.clearing import ClearWindows, expired
 from medic.policy.lightest import (
     SLURM_DOWN,
     SLURM_DRAIN,
@@ -150,11 +153,13 @@ class AlertSources:
         cluster: ClusterName,
         metrics: RepairMetrics,
         node_actions: Mapping[str, str],
+        windows: ClearWindows | None = None,
     ) -> None:
         self._store = store
         self._cluster = cluster
         self._metrics = metrics
         self._node_actions = node_actions
+        self._windows = windows or ClearWindows(default=0.0, critical=0.0)
         self._known: set[tuple[NodeName, str]] | None = None
         """Alerts seen firing (None until the first pass primed it from the store)."""
         self.fired_at: dict[tuple[NodeName, str], datetime] = {}
@@ -236,6 +241,15 @@ class AlertSources:
                     alerts[(a.node, a.key)] = self._resolve(a, now, f"node is {node.state.value}")
                     resolved += 1
         return fired, resolved
+
+    def expire(self, alerts: AlertIndex, repairs: Iterable[Repair], now: datetime) -> int:
+        """Resolve the alerts whose signal has been absent for their clear window
+        (:func:`~medic.policy.clearing.expired`); how many."""
+        gone = expired(list(alerts.values()), self._windows, repairs, now)
+        for alert, window in gone:
+            why = f"no new {alert.key} signal for {window:g} s (its clear window)"
+            alerts[(alert.node, alert.key)] = self._resolve(alert, now, why)
+        return len(gone)
 
     def notice(self, alerts: AlertIndex, now: datetime) -> int:
         """Firing alerts others stored (agent, detectors) seen for the first time."""

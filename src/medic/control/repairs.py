@@ -16,7 +16,14 @@ triggered: any pass can be rerun, and several engines can share one store. Each 
    no open repair, oldest alert first, then trip the breaker when due. Steps 2 and 3 are the
    :class:`~medic.control.recommender.Recommender`'s (its docstring has the details);
 4. **lifecycle** (:class:`~medic.control.lifecycle.Lifecycle`) of every approved repair;
-5. **node health** and the nodes job recovery must avoid (:meth:`placement_exclusions`).
+5. **cordons** (:mod:`medic.control.cordon`): in act mode a node with a critical alert is drained
+   at once, whatever its repair's approval, and returned when no such alert fires;
+6. **node health** and the nodes job recovery must avoid (:meth:`placement_exclusions`); the
+   exclusions medic added to jobs for a node that came back are taken off
+   (:mod:`medic.control.exclusions`).
+
+Alerts raised from log lines clear after their clear window without a new sighting
+(:mod:`medic.policy.clearing`), so a healed node does not stay degraded.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from medic.config.settings import RepairSettings
+from medic.control.cordon import Cordons
+from medic.control.exclusions import ExclusionReturns
 from medic.control.intake_common import node_pools
 from medic.control.lifecycle import Lifecycle, PassView
 from medic.control.recommender import Recommender
@@ -46,7 +55,7 @@ from medic.control.validation import (
     validation_failed_nodes,
 )
 from medic.detect.signatures import Signature
-from medic.domain.cluster import Job, Node
+from medic.domain.cluster import OUT_OF_SERVICE, Job, Node
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
@@ -59,6 +68,7 @@ from medic.domain.repairs import (
     RepairAction,
     RepairState,
 )
+from medic.policy.clearing import ClearWindows
 from medic.policy.waiting import critical_alert_nodes, job_placement_exclusions, node_health
 from medic.ports import Clock, NodeProvider, Scheduler
 
@@ -119,7 +129,10 @@ class RepairEngine:
             metrics=self._metrics,
         )
         node_actions = {str(s.id): s.node_action.value for s in signatures if s.node_action}
-        self._alerts = AlertSources(store, self._cluster, self._metrics, node_actions)
+        windows = ClearWindows(settings.alert_clear_seconds, settings.critical_alert_clear_seconds)
+        self._alerts = AlertSources(store, self._cluster, self._metrics, node_actions, windows)
+        self._cordons = Cordons(store=store, scheduler=scheduler) if settings.cordon else None
+        self._returns = ExclusionReturns(store=store, scheduler=scheduler)
         self._recommender = Recommender(
             store=store,
             cluster=self._cluster,
@@ -145,8 +158,13 @@ class RepairEngine:
         return dict(self._health)
 
     def run_pass(
-        self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]
+        self,
+        nodes: Sequence[Node],
+        jobs: Sequence[Job],
+        detections: Sequence[Detection],
+        acting: frozenset[NodeName] = frozenset(),
     ) -> RepairPassReport:
+        """One pass; ``acting``: the nodes in act mode (cordoned when a critical alert fires)."""
         now = self._clock.now()
         firing_now = self._store.list_alerts(cluster=self._cluster, state=AlertState.FIRING)
         alerts = {(a.node, a.key): a for a in firing_now}
@@ -155,6 +173,7 @@ class RepairEngine:
             r.id: r for r in self._store.list_repairs(cluster=self._cluster, states=OPEN_STATES)
         }
         observed, resolved = self._alerts.observe(nodes, alerts, repairs.values(), now)
+        resolved += self._alerts.expire(alerts, repairs.values(), now)
         fired += observed + self._alerts.notice(alerts, now)
         repairs |= self._finished_repairs(repairs, now)
         firing: dict[NodeName, list[Alert]] = defaultdict(list)
@@ -195,7 +214,12 @@ class RepairEngine:
             firing = defaultdict(list)
             for a in self._store.list_alerts(cluster=self._cluster, state=AlertState.FIRING):
                 firing[a.node].append(a)
+        if self._cordons is not None:
+            view.firing = firing
+            self._cordons.run(view, acting)
         self._update_health(firing, repairs.values())
+        out = self._exclusions | {n.name for n in nodes if n.state in OUT_OF_SERVICE}
+        self._returns.run(jobs, frozenset(out), now)
         return RepairPassReport(
             fired, resolved, created, cancelled, len(view.moved), len(view.open_repairs)
         )

@@ -18,6 +18,8 @@ __all__ = ["ActionKind", "ActionRecord", "ActionStatus", "idempotency_key"]
 class ActionKind(enum.StrEnum):
     REQUEUE_HOLD = "requeue_hold"
     EXCLUDE_NODES = "exclude_nodes"
+    INCLUDE_NODES = "include_nodes"
+    """An exclusion medic added to a job taken off again: its node is back in service."""
     RELEASE = "release"
     CANCEL = "cancel"
     DRAIN_NODE = "drain_node"

@@ -52,6 +52,9 @@ class AuditKind(enum.StrEnum):
     REPAIR_JOB_INTERRUPTED = "repair-job-interrupted"
     REPAIR_VALIDATION = "repair-validation"
     BREAKER_TRIPPED = "breaker-tripped"
+    NODE_CORDONED = "node-cordoned"
+    NODE_RETURNED = "node-returned"
+    EXCLUSION_RETURNED = "exclusion-returned"
     # the HTTP API: refused requests, API tokens, console sessions, run-time modes
     ACCESS_DENIED = "access-denied"
     TOKEN_CREATED = "token-created"

@@ -1,0 +1,138 @@
+"""medic's exclusions on a job taken off again once their node is back in service.
+
+When job recovery requeues a job away from a node it writes one ledger row per node it added to
+the job's exclusions (``exclude_nodes`` with the node; :meth:`Controller._exclude
+<medic.control.executor.Controller>`); nodes the job excluded itself are never recorded, so never
+touched. :class:`ExclusionReturns` runs in each repair pass:
+
+1. a node that **came back** to the pool since the last pass (it was cordoned, under repair, out
+   of service or had a critical alert, and is none of these now) gets an intent row
+   (``include_nodes``, started) on every unfinished job medic excluded it from (an exclusion
+   medic added after it last took one off);
+2. a **pending** job with an intent for a node it still excludes has those nodes taken off
+   (Slurm changes ``ExcNodeList`` only while a job is pending: a running job keeps it until its
+   next requeue or Slurm's own), audited (``exclusion-returned``), the intents finished.
+
+A pending job with nothing to return is read from the ledger once per attempt, not every pass.
+Limit: a node that came back while no medic ran is not seen coming back (a later cordon, repair
+or alert and its return are).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from medic.control.repair_alerts import RepairStores, repair_event
+from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
+from medic.domain.audit import AuditKind
+from medic.domain.cluster import Job, JobState
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.errors import MedicError
+from medic.ports import Scheduler
+
+__all__ = ["ExclusionReturns", "medic_exclusions"]
+
+logger = logging.getLogger(__name__)
+
+
+def medic_exclusions(records: Iterable[ActionRecord]) -> dict[NodeName, ActionRecord]:
+    """The exclusions medic added and has not taken off, by node, from one job's ledger rows."""
+    added: dict[NodeName, ActionRecord] = {}
+    taken: dict[NodeName, datetime] = {}
+    for r in records:
+        if r.node is None or r.status is not ActionStatus.SUCCEEDED:
+            continue
+        if r.kind is ActionKind.EXCLUDE_NODES:
+            if r.node not in added or added[r.node].started_at <= r.started_at:
+                added[r.node] = r
+        elif r.kind is ActionKind.INCLUDE_NODES:
+            taken[r.node] = max(taken.get(r.node, r.started_at), r.started_at)
+    return {n: r for n, r in added.items() if n not in taken or taken[n] < r.started_at}
+
+
+class ExclusionReturns:
+    """Takes medic's exclusions off one cluster's jobs (see the module docstring)."""
+
+    def __init__(self, *, store: RepairStores, scheduler: Scheduler) -> None:
+        self._store = store
+        self._scheduler = scheduler
+        self._cluster: ClusterName = scheduler.cluster
+        self._out: frozenset[NodeName] | None = None
+        """Nodes out of the pool at the last pass (None before the first)."""
+        self._checked: dict[JobId, int] = {}
+        """Pending jobs found with nothing to return, with the attempt they were checked in."""
+
+    def run(self, jobs: Sequence[Job], out: frozenset[NodeName], now: datetime) -> int:
+        """One pass; ``out``: the nodes out of the pool now. How many exclusions were taken off."""
+        back = frozenset() if self._out is None else self._out - out
+        self._out = out
+        returned = 0
+        live: set[JobId] = set()
+        for job in jobs:
+            if job.state.is_terminal or not job.excluded_nodes:
+                continue
+            live.add(job.id)
+            if back & job.excluded_nodes:
+                self._intend(job, back & job.excluded_nodes, now)
+                self._checked.pop(job.id, None)
+            if job.state is JobState.PENDING and self._checked.get(job.id) != job.restart_count:
+                returned += self._carry_out(job, now)
+        self._checked = {j: a for j, a in self._checked.items() if j in live}
+        return returned
+
+    def _intend(self, job: Job, nodes: frozenset[NodeName], now: datetime) -> None:
+        ours = medic_exclusions(self._store.list_actions(cluster=self._cluster, job_id=job.id))
+        for node in sorted(nodes & ours.keys()):
+            self._store.begin_action(
+                ActionRecord(
+                    key=f"include/{ours[node].key}",
+                    cluster=self._cluster,
+                    kind=ActionKind.INCLUDE_NODES,
+                    status=ActionStatus.STARTED,
+                    job_id=job.id,
+                    node=node,
+                    advice_id=ours[node].advice_id,
+                    started_at=now,
+                )
+            )
+
+    def _carry_out(self, job: Job, now: datetime) -> int:
+        records = self._store.list_actions(cluster=self._cluster, job_id=job.id)
+        intents = [
+            r
+            for r in records
+            if r.kind is ActionKind.INCLUDE_NODES and r.status is ActionStatus.STARTED and r.node
+        ]
+        ours = medic_exclusions(records)
+        valid = []
+        for r in intents:
+            current = ours.get(r.node) if r.node is not None else None
+            if r.node in job.excluded_nodes and current and r.key == f"include/{current.key}":
+                valid.append(r)
+            else:  # someone took it off already, or medic excluded the node again since
+                self._store.finish_action(r.key, ActionStatus.SKIPPED, now)
+        intents = valid
+        if not intents:
+            self._checked[job.id] = job.restart_count
+            return 0
+        nodes = frozenset(r.node for r in intents if r.node is not None)
+        payload: dict[str, object] = {"nodes": sorted(nodes), "keys": [r.key for r in intents]}
+        self._audit(job, {**payload, "status": "started"}, now)
+        try:
+            self._scheduler.set_excluded_nodes(job.id, job.excluded_nodes - nodes)
+        except MedicError as exc:  # it started meanwhile: at its next requeue
+            self._audit(job, {**payload, "status": "failed", "error": str(exc)}, now)
+            logger.info("job %s: cannot return %s yet: %s", job.id, sorted(nodes), exc)
+            return 0
+        for r in intents:
+            self._store.finish_action(r.key, ActionStatus.SUCCEEDED, now)
+        self._audit(job, {**payload, "status": "succeeded"}, now)
+        return len(nodes)
+
+    def _audit(self, job: Job, payload: dict[str, object], now: datetime) -> None:
+        event = repair_event(
+            AuditKind.EXCLUSION_RETURNED, now, self._cluster, None, dict(payload), job=job.id
+        )
+        self._store.append_audit(event)

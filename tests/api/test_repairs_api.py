@@ -532,6 +532,46 @@ def test_change_the_action_of_a_pending_repair(api: Api) -> None:
     assert (event.payload["by"], event.payload["previous_action"]) == ("user:bob", "reboot")
 
 
+def test_each_decision_is_audited_as_the_person_who_made_it(api: Api) -> None:
+    for node in ("n05", "n06", "n07"):
+        api.fire(node)
+    asked = [api.post(_person(node), actor="user:alice").json() for node in ("n05", "n06", "n07")]
+    api.store.set_breaker(
+        Breaker(CLUSTER, tripped=True, tripped_at=api.clock.now(), reason="test"),
+        expected_tripped=False,
+    )
+
+    answers = [
+        api.decide(asked[0]["id"], "approve", header="user:bob"),
+        api.decide(asked[1]["id"], "reject", header="user:carol"),
+        api.decide(asked[2]["id"], "cancel", header="user:bob"),
+        api.http.put(
+            "/api/v1/policy/repair", json={"cooldown_seconds": 60}, headers=api.as_("alice")
+        ),
+        api.http.post("/api/v1/breaker/reset", json={}, headers=api.as_("carol")),
+        api.http.put("/api/v1/policy/modes", json={"mode": "observe"}, headers=api.as_("bob")),
+    ]
+
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    actors = {e.kind: e.actor for e in api.store.query_audit(cluster=CLUSTER, limit=1000)}
+    assert {k: v for k, v in actors.items() if v != "medic-engine"} == {
+        AuditKind.REPAIR_APPROVED: "user:bob",
+        AuditKind.REPAIR_REJECTED: "user:carol",
+        AuditKind.REPAIR_CANCELLED: "user:bob",
+        AuditKind.REPAIR_POLICY_CHANGED: "user:alice",
+        AuditKind.BREAKER_RESET: "user:carol",
+        AuditKind.MODE_CHANGED: "user:bob",
+    }, "a person's decision is theirs, never the engine's"
+    assert actors[AuditKind.REPAIR_REQUESTED] == "medic-engine", "the engine admits a request"
+    # the audit search (and the console's, which reads it) finds a person's decisions by name
+    page = api.http.get("/api/v1/audit", params={"actor": "user:bob"}).json()
+    assert [e["kind"] for e in page["events"]] == [
+        "repair-approved",
+        "repair-cancelled",
+        "mode-changed",
+    ]
+
+
 # --- reading -------------------------------------------------------------------------------------
 def test_list_and_get_with_validations(api: Api) -> None:
     api.fire("n05")

@@ -84,6 +84,11 @@ def test_a_job_fault_becomes_a_pending_repair_that_runs_once_approved(
     done = r.run_until_state(faulty, RepairState.DONE, within=30)
     assert done.approved_by == "alice"
     assert r.transitions(done.id) == LIFECYCLE
+    # alice's approval is hers in the audit trail; the engine carries it out naming her
+    [approval] = r.events(AuditKind.REPAIR_APPROVED)
+    assert (approval.actor, approval.payload["by"]) == ("user:alice", "user:alice")
+    moves = [e for e in r.events(AuditKind.REPAIR_TRANSITION) if e.payload["repair_id"] == done.id]
+    assert {(e.actor, e.payload["approved_by"]) for e in moves} == {("medic-engine", "alice")}
     assert done.interrupted_jobs == ()  # the job had already left the node
     assert r.node(faulty) == (NodeState.IDLE, None)
     assert r.repair("node003").state is RepairState.PENDING_APPROVAL  # still waits for a person

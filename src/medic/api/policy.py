@@ -9,7 +9,8 @@ PUT      /api/v1/policy/modes?cluster=       replace them (operator): ``{"mode":
 
 The control loop reads them every pass: a job's mode is its comment's ``medic.mode`` if set, else
 its partition's stored mode, else the cluster's stored mode, else ``scheduler.mode``. A change is
-audited (``mode-changed``: who, the old and the new modes); a PUT that changes nothing is not.
+audited (``mode-changed``, written as the operator, ``user:NAME``: who, the old and the new
+modes); a PUT that changes nothing is not.
 The cluster defaults to the one this medic watches.
 """
 
@@ -37,7 +38,6 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1", tags=["policy"], responses=problems(401, 403, 503))
 
-ENGINE = "medic-engine"
 ClusterQuery = Annotated[
     str | None,
     Query(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:@+-]*$"),
@@ -89,7 +89,7 @@ def put_modes(
         services.store.append_audit(
             AuditEvent(
                 time=now,
-                actor=ENGINE,
+                actor=principal.label,  # the operator decided, not the engine
                 kind=AuditKind.MODE_CHANGED,
                 subject_type=SubjectType.CLUSTER,
                 subject_id=name,

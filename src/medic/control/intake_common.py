@@ -2,10 +2,11 @@
 
 :mod:`medic.control.intake` (requests) and :mod:`medic.control.repair_decisions` and
 :mod:`medic.control.repair_policy` (people's decisions) write their audit events through
-:func:`audit_event` as ``medic-engine`` (the intake decides; who asked or decided is in the
-payload); :func:`seen_recently` keeps a request the engine re-reads every pass (a Slurm drain
-reason) from being audited every pass. The repair API sizes the concurrency budget with
-:func:`node_pools`, as the engine does.
+:func:`audit_event`: a request's as ``medic-engine`` (the intake decides whether and how it is
+admitted; who asked is in the payload), a person's decision as that person (``user:NAME``, also
+in the payload's ``by``), so the audit trail's actor is whoever decided. :func:`seen_recently`
+keeps a request the engine re-reads every pass (a Slurm drain reason) from being audited every
+pass. The repair API sizes the concurrency budget with :func:`node_pools`, as the engine does.
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ def audit_event(
     node: NodeName | None,
     payload: dict[str, Any],
     action: RepairAction | None = None,
+    *,
+    actor: str = ENGINE_ACTOR,
 ) -> AuditEvent:
-    """An intake audit record, written as ``medic-engine``: subject the node (the cluster
-    without one)."""
+    """An intake audit record: subject the node (the cluster without one), written as ``actor``
+    (``medic-engine`` for the intake's own decisions, ``user:NAME`` for a person's)."""
     return AuditEvent(
         time=now,
-        actor=ENGINE_ACTOR,
+        actor=actor,
         kind=kind,
         subject_type=SubjectType.NODE if node is not None else SubjectType.CLUSTER,
         subject_id=node if node is not None else cluster,

@@ -165,8 +165,9 @@ class Lifecycle:
         except ConflictError as exc:
             logger.info("repair %s: %s", repair.id, exc)
             return None
-        payload = {"repair_id": repair.id, "from": repair.state.value, "to": new.value}
-        payload |= {"rule": rule, "reason": reason, **extra}
+        payload: dict[str, Any] = {"repair_id": repair.id, "from": repair.state.value}
+        payload |= {"to": new.value, "rule": rule, "reason": reason}
+        payload |= {"approved_by": moved.approved_by, **extra}
         self.audit(AuditKind.REPAIR_TRANSITION, moved, payload, now)
         self._metrics.repair_state(self._cluster, moved.action.value, new.value)
         view.open_repairs[:] = [r for r in view.open_repairs if r.id != moved.id]

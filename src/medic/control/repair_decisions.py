@@ -3,7 +3,9 @@
 The second half of repair intake (:mod:`medic.control.intake` takes the requests; the repair
 policy and the breaker reset are in :mod:`medic.control.repair_policy`): each decision is a
 compare-and-set transition, audited with who, when and the rule; only people decide (a detector
-acting as one is a ``PolicyViolation``).
+acting as one is a ``PolicyViolation``). The audit event's actor is the person who decided
+(``user:NAME``, the API token's), never the engine; the repair keeps ``approved_by`` and the
+engine's later transitions of it name that person too.
 """
 
 from __future__ import annotations
@@ -252,4 +254,7 @@ def _decided(
         payload["previous_action"] = previous_action.value
     if previous_state is not None:
         payload["previous_state"] = previous_state.value
-    store.append_audit(audit_event(kind, now, repair.cluster, repair.node, payload, repair.action))
+    event = audit_event(
+        kind, now, repair.cluster, repair.node, payload, repair.action, actor=str(who)
+    )
+    store.append_audit(event)

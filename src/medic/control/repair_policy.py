@@ -2,7 +2,8 @@
 
 :func:`put_policy` replaces the policy after :func:`check_policy` (audited with what changed);
 :func:`reset_breaker` closes a tripped breaker so automatic repair resumes. Each is a person's
-decision (a detector acting as one is a ``PolicyViolation``), audited with who, when and the rule.
+decision (a detector acting as one is a ``PolicyViolation``), audited as that person
+(``user:NAME``) with when and the rule.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def put_policy(
         if getattr(before, name) != getattr(after, name)
     }
     payload = {"by": str(who), "rule": RULE_MANUAL_POLICY, "changed": changed}
-    store.append_audit(audit_event(AuditKind.REPAIR_POLICY_CHANGED, now, cluster, None, payload))
+    event = audit_event(
+        AuditKind.REPAIR_POLICY_CHANGED, now, cluster, None, payload, actor=str(who)
+    )
+    store.append_audit(event)
     return after
 
 
@@ -120,5 +124,7 @@ def reset_breaker(
         "trip_reason": current.reason,
         "reason": reason,
     }
-    store.append_audit(audit_event(AuditKind.BREAKER_RESET, now, cluster, None, payload))
+    store.append_audit(
+        audit_event(AuditKind.BREAKER_RESET, now, cluster, None, payload, actor=str(who))
+    )
     return stored, True

@@ -28,8 +28,9 @@ Server = LiveServer
 """The API served for real; ``stop()`` then ``start()`` serves it again on the same port."""
 
 
-TOKENS = {"agent": "detector", "nvsentinel": "detector", "viewer": "viewer"}
-"""API tokens by name and role: ``agent`` posts as every ``agent:<node>``, ``viewer`` reads."""
+TOKENS = {"agent": "detector", "nvsentinel": "detector", "viewer": "viewer", "alice": "operator"}
+"""API tokens by name and role: ``agent`` posts as every ``agent:<node>``, ``viewer`` reads,
+``alice`` is a person who may resolve any alert."""
 
 
 @dataclass

@@ -218,3 +218,28 @@ def test_posting_needs_a_detector_token_and_reading_a_viewer_token(api: Api) -> 
     _problem(viewer, 403, "forbidden")
     _problem(reading, 403, "forbidden")
     assert api.alerts() == []
+
+
+def test_a_person_resolves_any_alert_audited_as_them(api: Api) -> None:
+    from medic.domain.audit import AuditKind
+
+    alert = api.http.post("/api/v1/alerts", json=_alert(key="agent:thermal")).json()
+    path = f"/api/v1/alerts/{alert['id']}/resolve"
+
+    viewer = api.http.post(path, json={"reason": "x"}, headers=api.as_("viewer"))
+    detector = api.http.post(path, headers=api.as_("nvsentinel"))
+    done = api.http.post(path, json={"reason": "fan replaced"}, headers=api.as_("alice"))
+    again = api.http.post(path, headers=api.as_("alice"))
+    unknown = api.http.post("/api/v1/alerts/9999/resolve", headers=api.as_("alice"))
+    blank = api.http.post(path, json={"reason": ""}, headers=api.as_("alice"))
+
+    _problem(viewer, 403, "forbidden")
+    _problem(detector, 403, "forbidden")
+    assert done.status_code == 200 and done.json()["state"] == "resolved"
+    assert again.status_code == 200 and again.json()["state"] == "resolved"
+    assert "alert 9999 does not exist" in _problem(unknown, 404, "not_found")
+    assert blank.status_code == 422
+    events = api.services.store.query_audit(kind=AuditKind.ALERT_RESOLVED, limit=10)
+    assert [(e.actor, e.payload["why"]) for e in events] == [
+        ("user:alice", "resolved by user:alice: fan replaced")
+    ]

@@ -86,6 +86,7 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/alerts"): DETECTOR,
     ("POST", "/api/v1/repairs"): REQUESTERS,
     # operators' decisions
+    ("POST", "/api/v1/alerts/{alert_id}/resolve"): OPERATOR,
     ("POST", "/api/v1/repairs/{repair_id}/approve"): OPERATOR,
     ("POST", "/api/v1/repairs/{repair_id}/reject"): OPERATOR,
     ("POST", "/api/v1/repairs/{repair_id}/cancel"): OPERATOR,

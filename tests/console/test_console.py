@@ -511,3 +511,34 @@ def test_an_operator_resets_a_tripped_breaker_from_the_overview(
     (reset,) = store.query_audit(kind=AuditKind.BREAKER_RESET, limit=10)
     assert "PDU firmware rolled back" in str(reset.payload)
     shoot(page, "10-breaker-reset")
+
+
+def test_an_operator_resolves_an_alert_from_the_nodes_page(page: Page, console: Console) -> None:
+    store = console.services.store
+    node = NodeName("node002")
+    alert = store.upsert_alert(
+        Alert(
+            cluster=ClusterName(console.services.cluster),
+            node=node,
+            key="agent:thermal",
+            source=AlertSource.AGENT,
+            summary="GPU 3 at 92 C",
+            description="thermal",
+            severity=Severity.WARNING,
+            detector="agent:node002",
+        ),
+        console.services.clock.now(),
+    )
+    sign_in(page, console)
+    go(page, "Nodes")
+    row = page.locator(f"#alerts-table tr[data-alert='{alert.id}']")
+    expect(row).to_contain_text("agent:thermal")
+    row.get_by_role("button", name="Resolve").click()
+    expect(page.get_by_role("status")).to_contain_text("Alert agent:thermal on node002 resolved")
+    expect(row.get_by_role("button", name="Resolve")).to_have_count(0)  # redrawn: resolved
+    (event,) = [
+        e
+        for e in store.query_audit(kind=AuditKind.ALERT_RESOLVED, limit=100)
+        if e.payload.get("alert_id") == alert.id
+    ]
+    assert event.actor == f"user:{ADMIN}" and event.payload["why"] == f"resolved by user:{ADMIN}"

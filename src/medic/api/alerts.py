@@ -16,6 +16,11 @@ token's name or a name under it (``<token name>:<part>``), so one token named ``
 every node's ``agent:<node>``, and a token named ``agent:gpu-node-017`` that node only. Anything
 else is a 403 ``forbidden`` (audited). Resolving an alert is allowed to whoever raised it (the
 stored ``detector`` under the same name). Reading alerts needs a viewer's or operator's token.
+
+``POST /api/v1/alerts/{id}/resolve`` is a person's resolve (an operator's or admin's token): after
+fixing a node by hand, or to say a signal is no health problem. It is audited with the person as
+the actor and the optional ``reason``; the next pass cancels the repair nobody started for it and
+returns a node medic cordoned for it. An alert that is not firing is answered as it is.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, cast
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from medic.api.auth import READERS, require
 from medic.api.openapi import problems
 from medic.api.problems import Forbidden
 from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
+from medic.control.repair_alerts import RepairStores, resolve_by_person
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
@@ -124,6 +131,33 @@ def post_alert(
         state=AlertState.FIRING,
     )
     return AlertOut.of(store.upsert_alert(replace(alert, mapped_action=mapped_action(alert)), now))
+
+
+class ResolveIn(BaseModel):
+    """Why a person resolves the alert (recorded in the audit trail)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    reason: Annotated[str | None, Field(min_length=1, max_length=1000)] = None
+
+
+@router.post(
+    "/alerts/{alert_id}/resolve",
+    response_model=AlertOut,
+    responses=problems(400, 404, 422),
+)
+def resolve_alert(
+    request: Request,
+    alert_id: Annotated[int, Path(ge=1, le=2**31 - 1, description="Alert id")],
+    principal: Annotated[Principal, Depends(require(Role.OPERATOR))],
+    body: ResolveIn | None = None,
+) -> AlertOut:
+    """A person resolves a firing alert (audited as them, with the reason)."""
+    services = _services(request)
+    store = cast(RepairStores, _repairs(services))
+    reason = body.reason if body else None
+    who = f"user:{principal.name}"  # as a person's repair decisions are audited
+    alert, _ = resolve_by_person(store, alert_id, who, reason, services.clock.now())
+    return AlertOut.of(alert)
 
 
 @router.get(

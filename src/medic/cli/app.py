@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import medic
-from medic.cli import agent, config, controller, demo, dev, diagnose, query, serve, tokens
+from medic.cli import agent, alerts, config, controller, demo, dev, diagnose, query, serve, tokens
 from medic.cli.common import State
 
 __all__ = ["app"]
@@ -48,3 +48,4 @@ diagnose.register(app)
 dev.register(app)
 agent.register(app)
 tokens.register(app)
+alerts.register(app)

@@ -23,7 +23,7 @@ from medic.domain.auth import Role
 from medic.errors import ConflictError, InputError, NotFoundError
 from medic.wiring import SystemClock, open_store
 
-__all__ = ["register"]
+__all__ = ["register", "who"]
 
 tokens_app = typer.Typer(
     name="tokens",
@@ -32,7 +32,8 @@ tokens_app = typer.Typer(
 )
 
 
-def _who() -> str:
+def who() -> str:
+    """The person at this terminal, as the audit trail names them: ``cli:<os user>``."""
     try:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no user name for this uid (a bare container)
@@ -54,7 +55,7 @@ def create(
     """Create a token and print it (once: only its hash is kept)."""
     store = open_store(settings_of(ctx))
     try:
-        token, secret = issue_token(store, name, role, SystemClock().now(), _who())
+        token, secret = issue_token(store, name, role, SystemClock().now(), who())
     except (InputError, ConflictError) as exc:
         typer.echo(f"medic: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -92,7 +93,7 @@ def revoke(
     """Revoke a token now (its console sessions end too)."""
     store = open_store(settings_of(ctx))
     try:
-        token = revoke_token(store, name, SystemClock().now(), _who())
+        token = revoke_token(store, name, SystemClock().now(), who())
     except NotFoundError as exc:
         typer.echo(f"medic: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -119,17 +119,17 @@ class Cordons:
         if not retry and not self._store.begin_action(record):
             return True  # another engine took this very step
         event, payload = audit
-        self._audit(event, node, {**payload, "key": key, "status": "started"}, now)
+        self._audit(event, node, {**payload, "ledger_key": key, "status": "started"}, now)
         try:
             issue()
         except MedicError as exc:
             self._store.finish_action(key, ActionStatus.FAILED, now, str(exc))
-            failed = {**payload, "key": key, "status": "failed", "error": str(exc)}
+            failed = {**payload, "ledger_key": key, "status": "failed", "error": str(exc)}
             self._audit(event, node, failed, now)
             logger.warning("%s %s failed, will retry: %s", kind.value, node, exc)
             return False
         self._store.finish_action(key, ActionStatus.SUCCEEDED, now)
-        self._audit(event, node, {**payload, "key": key, "status": "succeeded"}, now)
+        self._audit(event, node, {**payload, "ledger_key": key, "status": "succeeded"}, now)
         return True
 
     def _audit(

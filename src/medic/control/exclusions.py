@@ -11,7 +11,8 @@ touched. :class:`ExclusionReturns` runs in each repair pass:
    medic added after it last took one off);
 2. a **pending** job with an intent for a node it still excludes has those nodes taken off
    (Slurm changes ``ExcNodeList`` only while a job is pending: a running job keeps it until its
-   next requeue or Slurm's own), audited (``exclusion-returned``), the intents finished.
+   next requeue or Slurm's own; the embedded controller takes them off right before it releases
+   a job it requeued), audited (``exclusion-returned``), the intents finished.
 
 A pending job with nothing to return is read from the ledger once per attempt, not every pass.
 Limit: a node that came back while no medic ran is not seen coming back (a later cordon, repair
@@ -78,7 +79,7 @@ class ExclusionReturns:
                 self._intend(job, back & job.excluded_nodes, now)
                 self._checked.pop(job.id, None)
             if job.state is JobState.PENDING and self._checked.get(job.id) != job.restart_count:
-                returned += self._carry_out(job, now)
+                returned += self.carry_out(job, now)
         self._checked = {j: a for j, a in self._checked.items() if j in live}
         return returned
 
@@ -98,7 +99,10 @@ class ExclusionReturns:
                 )
             )
 
-    def _carry_out(self, job: Job, now: datetime) -> int:
+    def carry_out(self, job: Job, now: datetime) -> int:
+        """Take off the exclusions due on ``job`` (pending); how many. Also run by the embedded
+        controller right before it releases a job it requeued, so a requeue never carries a
+        returned node's exclusion into the next attempt."""
         records = self._store.list_actions(cluster=self._cluster, job_id=job.id)
         intents = [
             r

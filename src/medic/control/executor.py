@@ -24,7 +24,7 @@ from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, JobState
 from medic.domain.ids import NodeName
-from medic.errors import NotFoundError, PermanentError, TransientError
+from medic.errors import MedicError, NotFoundError, PermanentError, TransientError
 from medic.ports import Clock, ControllerLedger, Scheduler
 
 __all__ = ["ACTOR", "Controller", "Outcome"]
@@ -75,7 +75,9 @@ class Controller:
 
     ``before_hold`` runs right before a requeue-hold is issued, with the job as just read (the
     remote controller journals the job's original exclusions there for the watchdog); when it
-    raises, nothing is issued.
+    raises, nothing is issued. ``before_release`` runs right before a release, with the held job
+    as just read (node repair takes off there the exclusions medic added for nodes that are back
+    in service); a failure there is logged and the job released all the same.
     """
 
     def __init__(
@@ -86,12 +88,14 @@ class Controller:
         ledger: ControllerLedger,
         actor: str = ACTOR,
         before_hold: Callable[[Advice, Job], None] | None = None,
+        before_release: Callable[[Job], None] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._ledger = ledger
         self._clock = clock
         self._actor = actor
         self._before_hold = before_hold
+        self._before_release = before_release
         self._failures: dict[str, _Failures] = {}
 
     def reconcile(self, advice: Advice) -> Outcome:
@@ -125,8 +129,7 @@ class Controller:
                 return self._report(
                     advice, Outcome(Reconciliation.PENDING, held_back, first_effect)
                 )
-            if step.kind is ActionKind.REQUEUE_HOLD and self._before_hold is not None:
-                self._before_hold(advice, job)
+            self._before(advice, step.kind, job)
             try:
                 done_at = self._execute(advice, step)
             except PermanentError as exc:
@@ -151,6 +154,16 @@ class Controller:
         return self._report(
             advice, Outcome(Reconciliation.PENDING, "waiting for the scheduler", first_effect)
         )
+
+    def _before(self, advice: Advice, kind: ActionKind, job: Job) -> None:
+        """The hooks run right before a step is issued (see the class docstring)."""
+        if kind is ActionKind.REQUEUE_HOLD and self._before_hold is not None:
+            self._before_hold(advice, job)
+        if kind is ActionKind.RELEASE and self._before_release is not None:
+            try:
+                self._before_release(job)
+            except MedicError as exc:  # the release matters more than the exclusions
+                logger.warning("job %s: before release: %s", advice.job_id, exc)
 
     # ------------------------------------------------------------------ once, bounded
     def _issued(self, advice: Advice, steps: list[_Step]) -> set[ActionKind]:

@@ -72,6 +72,11 @@ class NodeRepairs(Protocol):
         """Nodes job recovery must never place a job on."""
         ...
 
+    def before_release(self, job: Job) -> None:
+        """Right before a requeued job is released: take off the exclusions medic added for
+        nodes that are back in service."""
+        ...
+
 
 class ControlLoop:
     """One cluster's loop. ``run_once`` is a pass; ``run_forever`` paces passes until stopped."""
@@ -98,7 +103,12 @@ class ControlLoop:
         self._metrics = metrics
         self._settings = settings
         self._cluster = scheduler.cluster
-        self._controller = Controller(scheduler=scheduler, ledger=store, clock=clock)
+        self._controller = Controller(
+            scheduler=scheduler,
+            ledger=store,
+            clock=clock,
+            before_release=None if repairs is None else repairs.before_release,
+        )
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._jobs = JobEvaluator(
             cluster=self._cluster,

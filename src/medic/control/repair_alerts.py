@@ -43,7 +43,7 @@ from medic.domain.repairs import (
     RepairRequest,
     RepairState,
 )
-from medic.errors import InputError, MedicError
+from medic.errors import InputError, MedicError, NotFoundError
 from medic.policy.clearing import ClearWindows, expired
 from medic.policy.lightest import (
     SLURM_DOWN,
@@ -63,6 +63,7 @@ __all__ = [
     "RepairMetrics",
     "RepairStores",
     "repair_event",
+    "resolve_by_person",
     "scheduler_alert",
     "submit_drain_requests",
 ]
@@ -262,6 +263,27 @@ class AlertSources:
         for key in sorted(new):
             self._announce(alerts[key], now, alerts[key].last_seen)
         return len(new)
+
+
+def resolve_by_person(
+    store: RepairStores, alert_id: int, who: str, reason: str | None, now: datetime
+) -> tuple[Alert, bool]:
+    """A person resolves an alert (console, CLI, API): after fixing a node by hand, or to say a
+    signal is no health problem. Audited with the person as the actor; the next pass cancels
+    the repair nobody started for it and returns a cordoned node. A signal seen again fires
+    again. Returns the alert and whether it was firing (False: nothing changed, nothing audited).
+    Raises ``NotFoundError`` for an unknown id."""
+    alert = store.get_alert(alert_id)
+    if alert is None:
+        raise NotFoundError(f"alert {alert_id} does not exist; list them at /api/v1/alerts")
+    if alert.state is not AlertState.FIRING:
+        return alert, False
+    done = store.resolve_alert(alert_id, now)
+    why = f"resolved by {who}" + (f": {reason}" if reason else "")
+    payload = {"key": alert.key, "source": alert.source.value, "why": why, "alert_id": alert_id}
+    event = repair_event(AuditKind.ALERT_RESOLVED, now, alert.cluster, alert.node, payload)
+    store.append_audit(replace(event, actor=who))
+    return done, True
 
 
 def scheduler_alert(node: Node, cluster: ClusterName, now: datetime) -> Alert | None:

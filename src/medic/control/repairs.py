@@ -153,6 +153,11 @@ class RepairEngine:
         """Nodes job recovery must never use (under repair, out of service, critical alert)."""
         return self._exclusions
 
+    def before_release(self, job: Job) -> None:
+        """Right before job recovery releases ``job`` (held, pending): take off the exclusions
+        medic added for nodes that are back in service."""
+        self._returns.carry_out(job, self._clock.now())
+
     def health(self) -> dict[NodeName, NodeHealth]:
         """Health of every node that is not healthy, as of the last pass."""
         return dict(self._health)

@@ -41,6 +41,8 @@ class RepairStore(Protocol):
 
     def resolve_alert(self, alert_id: int, now: datetime) -> Alert: ...
 
+    def get_alert(self, alert_id: int) -> Alert | None: ...
+
     def list_alerts(
         self,
         *,

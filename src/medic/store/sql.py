@@ -219,6 +219,9 @@ class SqlStore:
     def resolve_alert(self, alert_id: int, now: datetime) -> Alert:
         return sql_repair_state.resolve_alert(self._db, alert_id, now)
 
+    def get_alert(self, alert_id: int) -> Alert | None:
+        return sql_repair_state.get_alert(self._db, alert_id)
+
     def list_alerts(
         self,
         *,

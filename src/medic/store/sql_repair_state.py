@@ -105,6 +105,14 @@ def resolve_alert(db: Database, alert_id: int, now: datetime) -> Alert:
     return db.write(work)
 
 
+def get_alert(db: Database, alert_id: int) -> Alert | None:
+    def work(conn: Connection) -> Alert | None:
+        row = conn.execute(sa.select(alerts).where(alerts.c.id == alert_id)).first()
+        return None if row is None else _alert(row._mapping)
+
+    return db.read(work)
+
+
 def list_alerts(
     db: Database,
     *,

@@ -46,13 +46,23 @@ function alertTable(alerts) {
   return html`<div class="scroll"><table class="list" id="alerts-table"><thead><tr><th scope="col">Node</th>
     <th scope="col">Alert</th><th scope="col">State</th><th scope="col">Severity</th>
     <th scope="col">Summary</th><th scope="col">Source</th><th scope="col">Maps to</th>
-    <th scope="col">Count</th><th scope="col">First seen</th><th scope="col">Last seen</th></tr></thead>
-    <tbody>${join(sorted.map((a) => html`<tr>
+    <th scope="col">Count</th><th scope="col">First seen</th><th scope="col">Last seen</th>
+    <th scope="col">Resolve</th></tr></thead>
+    <tbody>${join(sorted.map((a) => html`<tr data-alert="${a.id}">
       <td>${a.node}</td><th scope="row">${a.key}</th><td>${badge(a.state, "alert")}</td>
       <td>${badge(a.severity, "sev")}</td><td>${a.summary}</td><td>${a.source} (${a.detector})</td>
       <td>${a.mapped_action ? label(a.mapped_action) : html`<span class="muted">unmapped</span>`}</td>
-      <td>${a.count}</td><td>${timeTag(a.first_seen)}</td><td>${timeTag(a.last_seen)}</td></tr>`))}
+      <td>${a.count}</td><td>${timeTag(a.first_seen)}</td><td>${timeTag(a.last_seen)}</td>
+      <td>${a.state === "firing" ? resolveControl(a) : ""}</td></tr>`))}
     </tbody></table></div>`;
+}
+
+// A person's resolve, after fixing the node by hand: audited as them; the next pass cancels the
+// repair nobody started for it and returns a node medic cordoned for it.
+function resolveControl(alert) {
+  return html`<button type="button" id="resolve-${alert.id}" class="write"
+    hx-post="/api/v1/alerts/${alert.id}/resolve" hx-swap="none"
+    data-done="Alert ${alert.key} on ${alert.node} resolved.">Resolve</button>`;
 }
 
 function repairTable(repairs) {

@@ -65,3 +65,49 @@ def test_a_full_table_forgets_callers_with_nothing_pending() -> None:
 def test_nonsense_limits_are_refused(burst: int, rate: float) -> None:
     with pytest.raises(ValueError, match="burst"):
         DenialLimiter(burst=burst, per_minute=rate)
+
+
+def test_many_callers_within_their_own_rate_are_bounded_together() -> None:
+    """100 addresses with 5 bad tokens each: 500 callers, each within its own rate."""
+    limiter = DenialLimiter(global_burst=50, global_per_minute=60, summary_seconds=60)
+    written, summarised = [], []
+    for i in range(500):
+        now = T0 + timedelta(milliseconds=10 * i)  # 5 s in all
+        got = limiter.admit((f"10.3.{i % 100}.1", f"bad-{i // 100}"), now)
+        if got is not None:
+            written.append(got)
+        summary = limiter.summary(now)
+        if summary is not None:
+            summarised.append(summary)
+    final = limiter.drain_global()
+    assert final is not None
+    assert 50 <= len(written) <= 55, "the shared burst, then one a second"
+    assert len(summarised) == 1, "one summary a minute (the first at once)"
+    total = len(written) + sum(written) + sum(s.suppressed for s in [*summarised, final])
+    assert total + sum(limiter.drain().values()) == 500
+    assert final.callers > 1
+
+
+def test_summaries_come_at_most_once_an_interval() -> None:
+    limiter = DenialLimiter(global_burst=1, global_per_minute=1, summary_seconds=60)
+    assert limiter.admit(("a", "x"), T0) == 0
+    assert limiter.summary(T0) is None, "nothing counted yet"
+    assert limiter.admit(("b", "x"), T0) is None
+    first = limiter.summary(T0)
+    assert first is not None and (first.suppressed, first.callers) == (1, 1)
+    assert limiter.admit(("c", "x"), T0 + timedelta(seconds=30)) is None
+    assert limiter.summary(T0 + timedelta(seconds=30)) is None, "within the interval: kept"
+    later = limiter.summary(T0 + timedelta(seconds=60))
+    assert later is not None and later.suppressed == 1
+    assert limiter.drain_global() is None
+
+
+def test_a_count_dropped_from_a_full_table_joins_the_global_count() -> None:
+    limiter = DenialLimiter(burst=1, per_minute=1, max_callers=2)
+    for n in range(4):
+        caller = (f"10.4.0.{n}", "anonymous")
+        limiter.admit(caller, T0 + timedelta(seconds=n))
+        limiter.admit(caller, T0 + timedelta(seconds=n))  # pending
+    pending = sum(limiter.drain().values())
+    moved = limiter.drain_global()
+    assert moved is not None and pending + moved.suppressed == 4, "none lost"

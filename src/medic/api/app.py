@@ -6,6 +6,11 @@ needs a token or a console session (``medic.api.auth``); ``/healthz`` (the proce
 ``/readyz`` (the store answers too: 503 problem+json when it does not), ``/metrics`` and the
 OpenAPI document stay open. When no API token exists yet, starting the app logs how to create the
 first admin token.
+
+Two middlewares stand before the routes: the outer one bounds each request body
+(``api.max_body_bytes``) and refuses a protected route's caller without valid credentials before
+reading its body (``medic.api.limits``); the inner one replaces NUL and lone surrogates in what is
+left (``medic.api.sanitize``).
 """
 
 from __future__ import annotations
@@ -19,19 +24,21 @@ from fastapi import FastAPI, Request, Response
 import medic
 from medic.api.advice import router as advice_router
 from medic.api.alerts import router as alerts_router
+from medic.api.auth import refuse_before_body, startup_notice
 from medic.api.auth import router as tokens_router
-from medic.api.auth import startup_notice
 from medic.api.clusters import router as clusters_router
+from medic.api.limits import BodyGuard, BodyLimits
 from medic.api.openapi import install_openapi, problems
 from medic.api.policy import router as policy_router
 from medic.api.problems import flush_denials, install_problem_handlers
 from medic.api.repairs import router as repairs_router
 from medic.api.routes import router
-from medic.api.sanitize import NulReplacing
+from medic.api.sanitize import UnstorableReplacing
 from medic.api.schemas_auth import (
     ReadyOut,
 )
 from medic.api.session import router as session_router
+from medic.config.settings import ApiSettings, Settings
 from medic.console import mount_console
 from medic.control.services import Services
 from medic.control.tasks import LoopThread
@@ -76,7 +83,9 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.services = services
-    app.add_middleware(NulReplacing)
+    app.add_middleware(UnstorableReplacing)
+    # Added last, so outermost: it runs before anything reads the body.
+    app.add_middleware(BodyGuard, limits=_body_limits(services), gate=refuse_before_body)
     install_problem_handlers(app)
     install_openapi(app)
     app.include_router(router)
@@ -111,3 +120,11 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
         return Response(content=body, media_type=content_type)
 
     return app
+
+
+def _body_limits(services: Services) -> BodyLimits:
+    """``api.max_body_bytes`` for every route (a route with its own limit joins ``routes``)."""
+    # The app is also built without services, to read its routes (the OpenAPI document).
+    settings = getattr(services, "settings", None)
+    api = settings.api if isinstance(settings, Settings) else ApiSettings()
+    return BodyLimits(default=api.max_body_bytes)

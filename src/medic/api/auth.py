@@ -11,6 +11,11 @@ Every route depends on :func:`require` (or, where signing in is optional, on
    browser never adds that header by itself.
 3. Else nobody: 401 ``unauthenticated`` with ``WWW-Authenticate: Bearer``.
 
+A request that carries a body to a route needing credentials is authenticated before its body is
+read (:func:`refuse_before_body`, run by ``medic.api.limits.BodyGuard``): FastAPI reads and parses
+a body before it resolves dependencies, so otherwise anyone could make the server read and parse
+bodies without a token.
+
 Then the role must be one the route names (``admin`` may do everything): 403 ``forbidden``
 otherwise. Every 401 and 403 is audited as ``access-denied`` (see ``medic.api.problems``).
 
@@ -33,9 +38,17 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Scope
 
 from medic.api.openapi import problems
-from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
+from medic.api.problems import (
+    AccessDenied,
+    CsrfFailed,
+    Forbidden,
+    Unauthenticated,
+    denied_response,
+)
 from medic.api.schemas_auth import (
     TokenCreatedOut,
     TokenIn,
@@ -52,7 +65,7 @@ from medic.domain.auth import (
     hash_secret,
     new_secret,
 )
-from medic.errors import NotFoundError, TransientError
+from medic.errors import MedicError, NotFoundError, TransientError
 from medic.ports import Store, TokenStore
 
 __all__ = [
@@ -62,6 +75,7 @@ __all__ = [
     "WRITE_METHODS",
     "current_principal",
     "issue_token",
+    "refuse_before_body",
     "require",
     "revoke_token",
     "router",
@@ -77,6 +91,9 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 READERS = (Role.VIEWER, Role.OPERATOR)
 """Who reads everything (``admin`` too, as always)."""
 ENGINE = "medic-engine"
+PROTECTED_PREFIX = "/api/v1/"
+OPEN_PATHS = frozenset({"/api/v1/session"})
+"""The API paths a caller reaches without credentials (signing in and out)."""
 _STATE_KEY = "medic_principal"
 _UNRESOLVED = object()
 
@@ -183,6 +200,33 @@ def _session(request: Request, services: Services, session_id: str) -> Principal
     return Principal(token.name, token.role, Via.SESSION, session)
 
 
+def _no_credentials() -> Unauthenticated:
+    return Unauthenticated(
+        "sign in: send `Authorization: Bearer <token>` (medic tokens create) or use a "
+        "console session",
+        why="no credentials",
+    )
+
+
+async def refuse_before_body(scope: Scope) -> ASGIApp | None:
+    """The refusal (audited) of a request to a route needing credentials whose caller has none
+    that are valid, decided from its headers before its body is read; None to go on. The
+    principal found is kept for the route, which does not look it up again."""
+    path: str = scope.get("path", "")
+    if not path.startswith(PROTECTED_PREFIX) or path in OPEN_PATHS:
+        return None
+    request = Request(scope)
+    try:
+        principal = await run_in_threadpool(authenticate, request)
+    except AccessDenied as exc:
+        return await denied_response(request, exc)
+    except MedicError:
+        return None  # the store cannot tell now: the route answers as it would have (503)
+    if principal is None:
+        return await denied_response(request, _no_credentials())
+    return None
+
+
 _Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
 _Cookie = Annotated[str | None, Security(_COOKIE)]
 
@@ -204,11 +248,7 @@ def require(*roles: Role) -> Callable[..., Principal]:
     def dependency(request: Request, _bearer: _Bearer = None, _cookie: _Cookie = None) -> Principal:
         principal = authenticate(request)
         if principal is None:
-            raise Unauthenticated(
-                "sign in: send `Authorization: Bearer <token>` (medic tokens create) or use a "
-                "console session",
-                why="no credentials",
-            )
+            raise _no_credentials()
         if principal.role not in allowed:
             raise Forbidden(
                 f"{principal.label} (role {principal.role.value}) may not "

@@ -7,8 +7,9 @@ Refused access has its own errors (raised by ``medic.api.auth``): :class:`Unauth
 ``unauthenticated``, with ``WWW-Authenticate: Bearer``), :class:`Forbidden` (403 ``forbidden``)
 and :class:`CsrfFailed` (403 ``csrf_failed``). Each one is audited (``access-denied``: method,
 path, principal or ``anonymous``, why) before it is answered, within a per-caller rate: past it,
-refusals are counted and the count rides on the caller's next event (``medic.api.denials``); a
-failing audit write is logged and never turns the refusal into a 500.
+refusals are counted and the count rides on the caller's next event; past the rate shared by
+all callers, they are counted and written as one summary event a minute (``medic.api.denials``).
+A failing audit write is logged and never turns the refusal into a 500.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from medic.api.denials import DenialLimiter
+from medic.api.denials import DenialLimiter, Summary
 from medic.api.schemas import (
     Problem,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "CsrfFailed",
     "Forbidden",
     "Unauthenticated",
+    "denied_response",
     "flush_denials",
     "install_problem_handlers",
     "problem",
@@ -133,8 +135,11 @@ def _audit_denied(request: Request, exc: AccessDenied) -> None:
     now = services.clock.now()
     limiter: DenialLimiter = request.app.state.denials
     suppressed = limiter.admit((client or "-", principal), now)
+    summary = limiter.summary(now)
+    if summary is not None:
+        _write_summary(services, now, summary)
     if suppressed is None:
-        return  # counted; written with this caller's next event (see medic.api.denials)
+        return  # counted; written with a later event (see medic.api.denials)
     payload = {
         "method": request.method,
         "path": request.url.path,
@@ -165,6 +170,22 @@ def flush_denials(app: FastAPI) -> None:
             "suppressed": count,
         }
         _write_denied(services, now, "-", payload)
+    summary = limiter.drain_global()
+    if summary is not None:
+        _write_summary(services, now, summary)
+
+
+def _write_summary(services: Services, now: datetime, summary: Summary) -> None:
+    """One event for the refusals past the rate shared by all callers (a many-address flood)."""
+    payload = {
+        "principal": "*",
+        "client": "*",
+        "why": "refusals past the audit rate of all callers together, counted and not written "
+        "one by one (global rate limit)",
+        "suppressed": summary.suppressed,
+        "callers": summary.callers,
+    }
+    _write_denied(services, now, "*", payload)
 
 
 def _write_denied(services: Services, now: datetime, path: str, payload: dict[str, Any]) -> None:
@@ -203,17 +224,23 @@ def _allowed(request: Request) -> str | None:
     return ", ".join(allowed) or None
 
 
+async def denied_response(request: Request, exc: AccessDenied) -> JSONResponse:
+    """The refusal's problem response, audited first (within the rates of ``medic.api.denials``);
+    also used for a refusal decided before the app reads the body (``medic.api.limits``)."""
+    # The audit write is blocking I/O: keep it off the event loop.
+    await run_in_threadpool(_audit_denied, request, exc)
+    response = problem(exc.status, exc.code, str(exc))
+    if exc.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="medic"'
+    return response
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     app.state.denials = DenialLimiter()
 
     async def on_access_denied(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, AccessDenied)
-        # The audit write is blocking I/O: keep it off the event loop.
-        await run_in_threadpool(_audit_denied, request, exc)
-        response = problem(exc.status, exc.code, str(exc))
-        if exc.status == 401:
-            response.headers["WWW-Authenticate"] = 'Bearer realm="medic"'
-        return response
+        return await denied_response(request, exc)
 
     async def on_medic_error(_: Request, exc: Exception) -> JSONResponse:
         for cls, status, code in _STATUS:

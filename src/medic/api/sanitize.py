@@ -1,10 +1,14 @@
-"""Requests without NUL characters: each one is replaced by U+FFFD before the app sees it.
+"""Requests without NUL characters or lone surrogates: each is replaced by U+FFFD before the app
+sees it (``medic.domain.text``).
 
 PostgreSQL cannot store NUL in text, so a NUL in a path, a query parameter or a JSON body would
-otherwise surface as a 503 from the database. Replacing it is what medic already does with bytes
-it cannot decode in logs; no name medic knows contains one, so a lookup with it simply finds
-nothing. Only ``application/json`` bodies are rewritten (NUL can only be written as ``\\u0000``
-there), and only when they contain one.
+otherwise surface as a 503 from the database; a lone surrogate (``"\\udfff"``) in a JSON body
+would be stored and then fail, as a 500, every read that answers it. Replacing them is what medic
+already does with bytes it cannot decode in logs; no name medic knows contains one, so a lookup
+with it simply finds nothing. Only JSON bodies are rewritten (there both can only be written as
+escapes, ``\\u0000`` and ``\\udfff``, and the rewrite keeps the body's length), and only when
+they contain one. The store replaces them too, in everything it writes or reads, so text that
+reaches it another way (a log line, a job comment) cannot break a read either.
 """
 
 from __future__ import annotations
@@ -12,18 +16,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["NulReplacing"]
+from medic.api.limits import replay
+from medic.domain.text import REPLACEMENT, clean_json_bytes
 
-REPLACEMENT = "\ufffd"
+__all__ = ["UnstorableReplacing"]
+
 _ENCODED_NUL = re.compile(rb"%00")
-# ``\u0000`` preceded by an even number of backslashes (an odd number escapes the first one).
-_JSON_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
 
 
-class NulReplacing:
-    """ASGI middleware: NUL -> U+FFFD in the path, the query string and JSON bodies."""
+class UnstorableReplacing:
+    """ASGI middleware: NUL -> U+FFFD in the path, the query string and JSON bodies, and lone
+    surrogates -> U+FFFD in JSON bodies."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -40,13 +45,13 @@ class NulReplacing:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                await self.app(scope, _replay(message, receive), send)  # gone before the body
+                await self.app(scope, replay(message, receive), send)  # gone before the body
                 return
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        cleaned = _JSON_NUL.sub(rb"\1\\ufffd", bytes(body)) if b"\\u0000" in body else bytes(body)
-        await self.app(scope, _replay({"type": "http.request", "body": cleaned}, receive), send)
+        cleaned = clean_json_bytes(bytes(body))
+        await self.app(scope, replay({"type": "http.request", "body": cleaned}, receive), send)
 
 
 def _clean_scope(scope: Scope) -> Scope:
@@ -68,17 +73,3 @@ def _is_json(scope: Scope) -> bool:
         if name.lower() == b"content-type":
             return b"json" in value.lower()
     return False
-
-
-def _replay(first: Message, rest: Receive) -> Receive:
-    """``first``, then whatever the server sends next (a disconnect)."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return first
-        return await rest()
-
-    return receive

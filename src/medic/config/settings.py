@@ -192,6 +192,10 @@ class ApiSettings:
     run_loop: bool = True
     """Run the control loop inside ``medic serve``. False serves only the API and the console
     over the store: for extra API replicas, or when the loop runs in another process."""
+    max_body_bytes: int = 2_097_152
+    """Largest request body the API reads, in bytes (2 MiB; medic's own bodies are a few KiB).
+    A larger one is refused with 413 before it is read: from its ``Content-Length``, or as soon
+    as a chunked body grows past it."""
 
 
 @dataclass(frozen=True, slots=True)

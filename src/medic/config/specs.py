@@ -127,6 +127,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "attribution.name": NonEmpty(),
     "api.host": NonEmpty(),
     "api.port": PORT,
+    "api.max_body_bytes": COUNT,
     "repair.hook_timeout_seconds": POSITIVE,
     "repair.validation_timeout_seconds": POSITIVE,
     "repair.rejoin_timeout_seconds": POSITIVE,

@@ -3,6 +3,9 @@
 The three engines disagree on timestamps and long text: MySQL/MariaDB truncate ``DATETIME`` to
 seconds and cap ``TEXT`` at 64 KiB, and none of them store a time zone the same way. These
 decorators give one behaviour everywhere: UTC with microseconds, unbounded text, JSON as text.
+JSON documents hold no NUL and no lone surrogate, escaped or not, written or read (each becomes
+U+FFFD, ``medic.domain.text``): a document stored before that rule still reads, and answers, as
+valid UTF-8. Plain text parameters get the same rule for every statement (``medic.store.engine``).
 
 Migrations import these classes, so their names and constructor arguments must stay stable.
 """
@@ -18,6 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
+
+from medic.domain.text import clean_json
 
 __all__ = ["BigId", "JsonText", "LongText", "UtcDateTime", "dump_json"]
 
@@ -87,7 +92,9 @@ class JsonText(sa.TypeDecorator[Any]):
     """JSON stored as text.
 
     Text rather than the engines' JSON types: MariaDB's JSON is an alias of LONGTEXT that reflects
-    differently from what was declared, and medic never queries inside these documents.
+    differently from what was declared, and medic never queries inside these documents. Free JSON
+    (alert evidence, audit payloads) may hold ``"\\u0000"`` or a lone ``"\\udfff"``: cleaned both
+    ways, since PostgreSQL refuses the one and no response can encode the other.
     """
 
     impl = sa.Text
@@ -101,12 +108,12 @@ class JsonText(sa.TypeDecorator[Any]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         if value is None:
             return None
-        return dump_json(value)
+        return clean_json(dump_json(value))
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
         if value is None:
             return None
-        return json.loads(value)
+        return json.loads(clean_json(value))
 
 
 BigId: TypeEngine[int] = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -5,10 +5,16 @@ write-ahead log (readers never block the writer), a busy timeout (writers wait i
 and ``BEGIN IMMEDIATE`` for write transactions, so two writers serialise at ``BEGIN`` instead of
 deadlocking when both try to upgrade a read lock. Read transactions use a plain (deferred)
 ``BEGIN`` and run concurrently.
+
+Every engine, whatever its backend, replaces NUL and lone surrogates in the text parameters of
+each statement by U+FFFD (``medic.domain.text``) just before they reach the driver: PostgreSQL
+refuses NUL in text (a log line holding one would lose its detection, or fail a whole loop pass),
+no driver can encode a lone surrogate, and the same text must read back the same on every engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from medic.domain.text import clean_text, has_unstorable
 from medic.errors import ConfigError
 
 __all__ = [
@@ -74,18 +81,50 @@ def make_engine(url: str) -> Engine:
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":
-            return _sqlite_engine(parsed)
-        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
-        options: dict[str, Any] = {"pool_pre_ping": True}
-        if backend in ("mysql", "mariadb"):
-            # REPEATABLE READ (the MySQL default) would make a compare-and-set retry re-read its
-            # old snapshot; READ COMMITTED sees the winner's row, as on PostgreSQL.
-            options["isolation_level"] = "READ COMMITTED"
-        return sa.create_engine(parsed, connect_args=connect_args, **options)
+            engine = _sqlite_engine(parsed)
+        else:
+            connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+            options: dict[str, Any] = {"pool_pre_ping": True}
+            if backend in ("mysql", "mariadb"):
+                # REPEATABLE READ (the MySQL default) would make a compare-and-set retry re-read
+                # its old snapshot; READ COMMITTED sees the winner's row, as on PostgreSQL.
+                options["isolation_level"] = "READ COMMITTED"
+            engine = sa.create_engine(parsed, connect_args=connect_args, **options)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(
             "store.url", f"unsupported database URL {safe_url(parsed)}: {exc}"
         ) from exc
+    event.listen(engine, "before_cursor_execute", _clean_statement, retval=True)
+    return engine
+
+
+def _clean_statement(
+    _conn: Connection,
+    _cursor: Any,
+    statement: str,
+    parameters: Any,
+    _context: Any,
+    _executemany: bool,
+) -> tuple[str, Any]:
+    """The statement with storable text parameters (see the module docstring)."""
+    return statement, _clean_parameters(parameters)
+
+
+def _clean_parameters(parameters: Any) -> Any:
+    """One parameter set (a mapping or a sequence of values) or a list of them (executemany),
+    its text values cleaned; the very same object when nothing needed it (the usual case)."""
+    if isinstance(parameters, Mapping):
+        if not any(isinstance(v, str) and has_unstorable(v) for v in parameters.values()):
+            return parameters
+        return {k: clean_text(v) if isinstance(v, str) else v for k, v in parameters.items()}
+    if isinstance(parameters, list | tuple) and parameters:
+        if isinstance(parameters[0], Mapping | list | tuple):
+            cleaned = [_clean_parameters(p) for p in parameters]
+            same = all(new is old for new, old in zip(cleaned, parameters, strict=True))
+            return parameters if same else type(parameters)(cleaned)
+        if any(isinstance(v, str) and has_unstorable(v) for v in parameters):
+            return type(parameters)(clean_text(v) if isinstance(v, str) else v for v in parameters)
+    return parameters
 
 
 def _sqlite_engine(url: URL) -> Engine:

@@ -246,7 +246,8 @@ def test_unknown_override_suggests_close_match() -> None:
     exc = error_of(env={}, overrides={"api.prot": 1})
     assert exc.setting == "api.prot (from override)"
     assert exc.message == (
-        'unknown setting; did you mean "api.port"? allowed: api.host, api.port, api.run_loop'
+        'unknown setting; did you mean "api.port"? allowed: api.host, api.port, api.run_loop,'
+        " api.max_body_bytes"
     )
 
 

@@ -63,13 +63,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the e2e harness and training program
 
+from medic.control.repair_alerts import resolve_by_person  # noqa: E402
 from medic.demo import percentile  # noqa: E402
 from medic.dev.slurm import DevClusterError, LocalSlurm  # noqa: E402
+from medic.domain.repairs import AlertSource, AlertState  # noqa: E402
 from slurm.e2e.harness import (  # noqa: E402
     ACT,
     OBSERVE,
@@ -128,9 +131,14 @@ class Bench:
 
     # --- one run -------------------------------------------------------------------------
     def ready(self) -> None:
-        """Every node up and idle (a node_fail run leaves its node restarting)."""
+        """Every node up and idle (a node_fail run leaves its node restarting; an Xid run leaves
+        its node cordoned: the operator resolves its alert, as after fixing it by hand)."""
         for node in self.cluster.node_names:
             self.cluster.start_slurmd(node)
+        store = self.medic.store
+        for alert in store.list_alerts(state=AlertState.FIRING):
+            if alert.id is not None and alert.source is not AlertSource.SCHEDULER:
+                resolve_by_person(store, alert.id, "cli:bench", "next run", datetime.now(UTC))
 
         def idle() -> bool:
             out = self.cluster.env.run("sinfo", "-h", "-N", "-o", "%N %t").stdout.split()

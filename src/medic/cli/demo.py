@@ -38,6 +38,9 @@ DEMO_OVERRIDES: dict[str, object] = {
     "sim.node_repair_seconds": 45.0,
     "detect.hang_floor_seconds": 6.0,
     "detect.straggler_seconds": 8.0,
+    # the simulator heals a node in 45 s: its log-line alerts clear a minute or so later
+    "repair.alert_clear_seconds": 60.0,
+    "repair.critical_alert_clear_seconds": 90.0,
 }
 
 

@@ -74,11 +74,22 @@ class Jobs:
         return job
 
 
+def _lift_medic_drains(local: LocalSlurm) -> None:
+    """Resume the nodes an earlier test's medic left drained (its cordon of a faulty node: that
+    medic and its store are gone)."""
+    done = local.env.run("sinfo", "-h", "-N", "-o", "%N|%E")
+    for line in done.stdout.splitlines():
+        node, _, reason = line.partition("|")
+        if reason.startswith("medic:"):
+            local.env.run("scontrol", "update", f"nodename={node.strip()}", "state=resume")
+
+
 @pytest.fixture
 def jobs(cluster: LocalSlurm) -> Iterator[Jobs]:
     """Start from a cluster whose nodes are all up and idle; cancel the test's jobs at its end."""
     for node in cluster.node_names:
         cluster.start_slurmd(node)  # a test may have killed one
+    _lift_medic_drains(cluster)
     poll("every node idle", lambda: _all_idle(cluster), timeout=90, every=0.5)
     made = Jobs(cluster, [])
     yield made

@@ -256,8 +256,9 @@ class RepairSettings:
     """The clear window of a critical alert (Xid 79, double-bit ECC, ...): longer, because a GPU
     that fell off the bus prints its Xid once and stays broken. 0: only a repair or a person."""
     cordon: bool = True
-    """In act mode (the cluster's, or every partition of the node), drain a node as soon as a
-    critical alert with direct evidence fires on it, whatever the approval state of its repair
+    """In act mode (the cluster's, or every partition of the node), drain a node as soon as an
+    alert with direct evidence of a fault fires on it (critical, or an error a repair is mapped
+    to; never the scheduler's own word), whatever the approval state of its repair
     (reason ``medic: cordon alert <id> ...``; no job is killed, running jobs finish), so new jobs
     stop landing on it while a person decides; it returns to service when the alert clears, its
     repair is done or a person resolves the alert. False: nodes leave the pool only when their

@@ -1,13 +1,14 @@
-"""Cordons: in act mode, a node with a critical alert leaves the pool at once, and comes back.
+"""Cordons: in act mode, a node with direct evidence of a fault leaves the pool at once.
 
 Each repair pass, after the alerts are read and the repairs moved (:mod:`medic.control.repairs`):
 
 - **cordon** (:func:`~medic.policy.clearing.cordon_nodes`): a node in act mode, in service, with
-  a critical alert with direct evidence firing and no repair past approval on it is drained with
-  ``medic: cordon alert <id> <key>: <summary>``. Slurm's drain lets the running jobs finish: no
-  job is killed. Once per firing episode of that alert: the step's ledger key names the alert and
-  the episode, so a person who resumes the node by hand while the alert still fires has the last
-  word (the node is not drained again until the alert clears and fires anew);
+  direct evidence of a fault firing (:func:`~medic.policy.clearing.is_cordon_alert`) and no
+  repair past approval on it is drained with ``medic: cordon alert <id> <key>: <summary>``.
+  Slurm's drain lets the running jobs finish: no job is killed. Once per firing episode of that
+  alert: the step's ledger key names the alert and the episode, so a person who resumes the
+  node by hand while the alert still fires has the last word (the node is not drained again
+  until the alert clears and fires anew);
 - **return** (:func:`~medic.policy.clearing.cordon_lifts`): a cordoned node on which no such alert
   fires any more (it cleared, its repair resolved it, a person resolved it) is resumed. A repair
   that starts replaces the cordon by its own drain and lifts that when it is done.

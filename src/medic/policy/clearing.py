@@ -20,7 +20,8 @@ revalidation's (``validation:failed``: only a passing revalidation or a person c
 a bring-your-own detector's (it resolves its own alerts through the API). No alert clears by time
 while an active repair answers it: that repair decides.
 
-**Cordons** (:func:`cordon_nodes`). In act mode a node with a critical alert firing is drained
+**Cordons** (:func:`cordon_nodes`). In act mode a node with direct evidence of a fault
+(:func:`is_cordon_alert`: a critical alert, or an error a repair is mapped to) is drained
 (with a ``medic:`` reason, no job killed: Slurm's DRAIN lets running jobs finish) as soon as the
 alert fires, whatever the approval state of its repair, so new jobs stop landing on it while a
 person decides. :func:`cordon_lifts` says when it comes back: once no such alert fires there
@@ -101,12 +102,14 @@ def expired(
 
 
 def is_cordon_alert(alert: Alert) -> bool:
-    """A firing critical alert with direct evidence on the node (not the scheduler's own word:
-    a node the scheduler reports down or drained is out of the pool already)."""
-    return (
-        alert.state is AlertState.FIRING
-        and alert.severity is Severity.CRITICAL
-        and alert.source is not AlertSource.SCHEDULER
+    """A firing alert that is direct evidence of a fault on the node: critical, or an error a
+    repair is mapped to (an HCA's link down, an NVLink down; an unmapped error is recorded, not
+    acted on). Never the scheduler's own word: a node it reports down or drained is out of the
+    pool already. A job-log line raises an alert only when it implicates its own node."""
+    if alert.state is not AlertState.FIRING or alert.source is AlertSource.SCHEDULER:
+        return False
+    return alert.severity is Severity.CRITICAL or (
+        alert.severity is Severity.ERROR and alert.mapped_action is not None
     )
 
 
@@ -127,7 +130,7 @@ def cordon_nodes(
     busy: Iterable[NodeName],
     acting: frozenset[NodeName],
 ) -> dict[NodeName, Alert]:
-    """Nodes to cordon now, each with the alert that takes it out (its oldest critical one):
+    """Nodes to cordon now, each with the alert that takes it out (its oldest such alert):
     in act mode (``acting``), in service, and not in a repair past approval (``busy``: that
     repair drains the node itself)."""
     skip = set(busy)
@@ -147,7 +150,7 @@ def cordon_lifts(
     firing: Mapping[NodeName, list[Alert]],
     busy: Iterable[NodeName],
 ) -> list[NodeName]:
-    """Cordoned nodes to return to service: no critical alert with direct evidence firing on them
+    """Cordoned nodes to return to service: no alert with direct evidence of a fault firing on them
     any more (it cleared, its repair resolved it, or a person resolved it) and no repair past
     approval on them (that repair lifts its own drain when it is done)."""
     skip = set(busy)

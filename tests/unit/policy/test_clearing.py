@@ -122,10 +122,15 @@ def _node(name: NodeName, state: NodeState = NodeState.IDLE, reason: str | None 
     return Node(name=name, state=state, reason=reason)
 
 
-def test_a_critical_alert_cordons_its_node_in_act_mode_only() -> None:
+def test_direct_evidence_of_a_fault_cordons_its_node_in_act_mode_only() -> None:
     nodes = {N1: _node(N1, NodeState.ALLOCATED), N2: _node(N2)}
     firing = {N1: [_alert()], N2: [_alert(node=N2, severity=Severity.WARNING, id=8)]}
     assert cordon_nodes(nodes, firing, busy=(), acting=frozenset({N1, N2})) == {N1: firing[N1][0]}
+    # an error a repair is mapped to (an HCA link down) is evidence; an unmapped one is not
+    link = _alert(node=N2, key="sig:mlx5.link_down", severity=Severity.ERROR, id=9)
+    mapped = replace(link, mapped_action=RepairAction.REBOOT)
+    assert cordon_nodes(nodes, {N2: [mapped]}, busy=(), acting=frozenset({N2})) == {N2: mapped}
+    assert cordon_nodes(nodes, {N2: [link]}, busy=(), acting=frozenset({N2})) == {}
     assert cordon_nodes(nodes, firing, busy=(), acting=frozenset({N2})) == {}
     # a repair past approval drains the node itself; an out-of-service node is out already
     assert cordon_nodes(nodes, firing, busy=(N1,), acting=frozenset({N1})) == {}

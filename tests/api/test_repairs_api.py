@@ -1,10 +1,11 @@
 """The repair API over real HTTP (uvicorn on 127.0.0.1, FakeClock) on SQLite, and on PostgreSQL
 when ``MEDIC_TEST_POSTGRES_URL`` names a disposable database: idempotent requests (racing twins
-included), detectors skipping the approval queue but not the guardrails, people's decisions, the
-repair policy and the circuit breaker.
+included), trusted detectors skipping the approval queue but not the guardrails and untrusted ones
+waiting for a person, people's decisions, the repair policy and the circuit breaker.
 
 Who acts is the API token: ``alice`` (admin: the policy too), ``bob`` and ``carol`` (operators),
-the detector ``nvsentinel``; plain reads go out with a viewer's token."""
+the detectors ``nvsentinel`` (trusted by the cluster's policy, ``TRUSTED``) and ``dcgm`` (not);
+plain reads go out with a viewer's token."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from medic.domain.repairs import (
     Alert,
     AlertSource,
     Breaker,
+    RepairPolicy,
     RepairState,
     ValidationOutcome,
     ValidationResult,
@@ -46,6 +48,7 @@ from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 from .auth_kit import bearer, grant
+from .trust_kit import keep_trust
 
 PROBLEM_JSON = "application/problem+json"
 CLUSTER = ClusterName("c1")
@@ -57,8 +60,11 @@ TOKENS = {
     "bob": Role.OPERATOR,
     "carol": Role.OPERATOR,
     "nvsentinel": Role.DETECTOR,
+    "dcgm": Role.DETECTOR,
     "watcher": Role.VIEWER,
 }
+TRUSTED = RepairPolicy(trusted_detectors=frozenset({"nvsentinel"}))
+"""The cluster's policy in every test: the defaults, and the detector ``nvsentinel`` trusted."""
 
 ENGINES = [
     pytest.param("sqlite", id="sqlite"),
@@ -159,7 +165,9 @@ def _database(param: str, tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=ENGINES)
-def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+def api(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Api]:
     clock = FakeClock()
     settings = load_settings(
         env={},
@@ -168,6 +176,8 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     services = build(settings, clock=clock)
     nodes = [Node(NodeName(f"n{i:02d}"), NodeState.IDLE, gpus=8) for i in range(1, NODES + 1)]
     services.store.sync_nodes(CLUSTER, nodes, clock.now())
+    keep_trust(services.store, monkeypatch)
+    services.store.put_repair_policy(CLUSTER, TRUSTED)
     app = create_app(services)
     if not any(getattr(r, "path", None) == "/api/v1/repairs" for r in app.routes):
         app.include_router(repairs_router)  # until create_app includes the repairs router
@@ -273,7 +283,7 @@ def test_a_repeat_after_the_repair_finished_returns_it(api: Api) -> None:
 
 
 # --- detectors -----------------------------------------------------------------------------------
-def test_a_detector_request_skips_approval_and_records_its_check(api: Api) -> None:
+def test_a_trusted_detector_request_skips_approval_and_records_its_check(api: Api) -> None:
     response = api.post(_detector())
 
     assert response.status_code == 201, response.text
@@ -281,7 +291,7 @@ def test_a_detector_request_skips_approval_and_records_its_check(api: Api) -> No
     assert (body["state"], body["approved_by"], body["rule"]) == (
         "approved",
         "auto",
-        "detector-request",
+        "auto:detector:nvsentinel",
     )
     assert (body["requested_by"], body["requester_kind"]) == ("nvsentinel", "detector")
     assert "detector:nvsentinel:gpu_mem" in body["alert_keys"]
@@ -294,8 +304,41 @@ def test_a_detector_request_skips_approval_and_records_its_check(api: Api) -> No
     assert alert.evidence["refs"] == {"log": "s3://diag/n01/dcgm-l3.log"}
     assert alert.mapped_action is None, "the request is the repair; medic never repeats it"
     [event] = api.audit(AuditKind.REPAIR_REQUESTED)
-    assert event.payload["repair_id"] == body["id"] and event.payload["rule"] == "detector-request"
+    assert event.payload["rule"] == "auto:detector:nvsentinel"
+    assert event.payload["repair_id"] == body["id"] and event.payload["channel"] == "api"
     assert event.payload["requester_kind"] == "detector" and event.action == "reboot"
+
+
+def test_an_untrusted_detector_request_waits_for_a_person(api: Api) -> None:
+    defaults = api.http.get("/api/v1/policy/repair", params={"cluster": "c2"}).json()
+    assert (defaults["trusted_detectors"], defaults["trust_scheduler_requests"]) == ([], False)
+
+    response = api.post(_detector(requested_by="dcgm"), actor="dcgm")
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert (body["state"], body["approved_by"], body["rule"]) == (
+        "pending_approval",
+        None,
+        "detector-untrusted",
+    )
+    assert api.store.list_repairs(cluster=CLUSTER, states=frozenset({S.APPROVED})) == []
+    approved = api.decide(body["id"], "approve", header="user:bob")
+    assert approved.status_code == 200 and approved.json()["approved_by"] == "bob"
+
+
+def test_an_admin_trusts_a_detector_in_the_policy(api: Api) -> None:
+    document = {"trusted_detectors": ["dcgm", "agent"], "trust_scheduler_requests": False}
+    put = api.http.put("/api/v1/policy/repair", json=document, headers=api.as_("alice"))
+
+    assert put.status_code == 200, put.text
+    assert put.json()["trusted_detectors"] == ["agent", "dcgm"]
+    [event] = api.audit(AuditKind.REPAIR_POLICY_CHANGED)
+    assert event.payload["changed"]["trusted_detectors"] == [["nvsentinel"], ["agent", "dcgm"]]
+    trusted = api.post(_detector(requested_by="dcgm"), actor="dcgm").json()
+    untrusted = api.post(_detector("n02"), actor="nvsentinel").json()
+    assert (trusted["state"], trusted["rule"]) == ("approved", "auto:detector:dcgm")
+    assert (untrusted["state"], untrusted["rule"]) == ("pending_approval", "detector-untrusted")
 
 
 def test_a_detector_request_over_the_budget_is_refused(api: Api) -> None:
@@ -314,7 +357,11 @@ def test_a_detector_request_over_the_budget_is_refused(api: Api) -> None:
 def test_a_detector_request_over_the_hourly_cap_is_refused(api: Api) -> None:
     put = api.http.put(
         "/api/v1/policy/repair",
-        json={"detector_cap_per_hour": 1, "max_concurrent_fraction": 0.5},
+        json={
+            "detector_cap_per_hour": 1,
+            "max_concurrent_fraction": 0.5,
+            "trusted_detectors": ["nvsentinel"],
+        },
         headers=api.as_("alice"),
     )
     assert put.status_code == 200, put.text
@@ -683,6 +730,8 @@ def test_policy_round_trip(api: Api) -> None:
         ({"auto_actions": ["remove"]}, "invalid_input", "auto_actions"),
         ({"auto_xids": [99999]}, "invalid_input", "auto_xids"),
         ({"auto_actions": ["explode"]}, "invalid_request", "auto_actions"),
+        ({"trusted_detectors": ["bad name"]}, "invalid_request", "trusted_detectors"),
+        ({"trusted_detectors": ["detector:dcgm"]}, "invalid_input", "trusted_detectors"),
         ({"wait_mode": "forever"}, "invalid_request", "wait_mode"),
         ({"surprise": True}, "invalid_request", "surprise"),
     ],

@@ -105,6 +105,16 @@ def test_auto_actions_and_xids_list_what_check_policy_takes() -> None:
     assert not _runs(auto_xids=[max(xids) + 1])
 
 
+def test_trusted_detectors_state_the_token_name_pattern() -> None:
+    items = POLICY["trusted_detectors"]["items"]
+
+    assert items["pattern"] == TOKEN_NAME_PATTERN
+    assert _runs(trusted_detectors=["nvsentinel", "agent", "ci-bot:p1"])
+    assert not _runs(trusted_detectors=["a:b:c"])
+    with pytest.raises(ValidationError):
+        RepairPolicyIn(trusted_detectors=["a:b:c"])
+
+
 @pytest.mark.parametrize(
     ("name", "valid"),
     [

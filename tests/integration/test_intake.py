@@ -1,6 +1,10 @@
 """Repair intake as a library over a real SQLite store (``medic.control.intake``), and the Slurm
 path without the API: ``medic-request:`` drain reasons parsed by
-``medic.schedulers.slurm.requests.parse_request`` and submitted pass after pass."""
+``medic.schedulers.slurm.requests.parse_request`` and submitted pass after pass.
+
+The store's policy trusts the detector ``nvsentinel`` (``TRUSTED``: by default no detector is
+trusted), and ``_detector`` requests come as through the API (authenticated); a Slurm request's
+detector name is not authenticated."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from api.trust_kit import keep_trust
 from medic.control.actors import Actor, EvidenceRequired, GuardrailRefused, RepairInProgress
 from medic.control.intake import record_invalid_request, submit_repair
 from medic.control.intake_common import detector_alert_key, node_pools
@@ -31,6 +36,7 @@ from medic.domain.repairs import (
     RepairRequest,
     RepairState,
     RepairUpdate,
+    RequestChannel,
     RequesterKind,
 )
 from medic.errors import ConflictError, InputError, PolicyViolation, SafetyBudgetExceeded
@@ -47,11 +53,14 @@ NODES = [
 ]
 """40 nodes in two pools (p0: even, p1: odd): budget 2 at once, one per pool."""
 POOLS = node_pools(NODES)
+TRUSTED = RepairPolicy(trusted_detectors=frozenset({"nvsentinel"}))
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlStore]:
     opened = create_store(f"sqlite:///{tmp_path / 'medic.db'}")
+    keep_trust(opened, monkeypatch)
+    opened.put_repair_policy(C, TRUSTED)
     yield opened
     opened.close()
 
@@ -71,6 +80,7 @@ def _detector(node: str = "n01", request_id: str = "r-1", **kw: Any) -> RepairRe
         "reason": "GPU memory test failed",
         "request_id": request_id,
         "evidence": {"check": "gpu_mem", "log": "s3://diag/dcgm.log"},
+        "channel": RequestChannel.API,
     }
     return RepairRequest(**{**fields, **kw})
 
@@ -125,7 +135,7 @@ def test_a_detector_request_is_approved_and_its_alert_never_maps_to_a_repair(
 ) -> None:
     repair, created, rule = _submit(store, clock, _detector())
 
-    assert created and rule == "detector-request"
+    assert created and rule == "auto:detector:nvsentinel"
     assert (repair.state, repair.approved_by, repair.approved_at) == (
         S.APPROVED,
         "auto",
@@ -139,7 +149,7 @@ def test_a_detector_request_is_approved_and_its_alert_never_maps_to_a_repair(
         "log": "s3://diag/dcgm.log"
     }
     rules = {rule for rule, _ in repair.evidence["trace"]}
-    assert {"evidence", "cooldown", "budget", "detector-request"} <= rules
+    assert {"evidence", "cooldown", "budget", "auto:detector:nvsentinel"} <= rules
 
 
 def test_a_detector_alert_key_is_made_safe() -> None:
@@ -207,7 +217,7 @@ def test_the_breaker_stops_detectors_but_people_still_ask(
     store.set_breaker(
         Breaker(C, tripped=True, tripped_at=clock.now(), reason="trip"), expected_tripped=False
     )
-    store.put_repair_policy(C, RepairPolicy(auto_actions=frozenset({RepairAction.REBOOT})))
+    store.put_repair_policy(C, replace(TRUSTED, auto_actions=frozenset({RepairAction.REBOOT})))
     _fire(store, clock, "n05")
 
     with pytest.raises(GuardrailRefused, match=r"breaker-tripped: .*tripped at .*: trip"):
@@ -431,7 +441,8 @@ def test_a_comment_request_read_every_pass_makes_one_repair(
         _submit(store, clock, request, dedupe_window=timedelta(hours=1))
         clock.advance(5)
     [repair] = store.list_repairs(cluster=C)
-    assert (repair.node, repair.state, repair.requested_by) == ("n07", S.APPROVED, "nvsentinel")
+    assert (repair.node, repair.requested_by) == ("n07", "nvsentinel")
+    assert (repair.state, repair.rule) == (S.PENDING_APPROVAL, "detector-unauthenticated")
     assert repair.alert_keys, "the detector's own failed check is its evidence"
 
 
@@ -477,7 +488,7 @@ def test_a_drain_reason_read_every_pass_makes_one_repair(store: SqlStore, clock:
 
     repairs = store.list_repairs(cluster=C)
     assert [(r.node, r.state, r.requester_kind) for r in repairs] == [
-        ("n07", S.APPROVED, RequesterKind.DETECTOR),
+        ("n07", S.PENDING_APPROVAL, RequesterKind.DETECTOR),  # detector= is not authenticated
         ("n10", S.PENDING_APPROVAL, RequesterKind.USER),
     ]
     assert repairs[1].alert_keys == (SLURM_DRAIN,)

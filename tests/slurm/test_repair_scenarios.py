@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -35,6 +35,7 @@ import httpx
 import pytest
 
 from api.auth_kit import bearer, grant
+from api.trust_kit import keep_trust
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control.repairs import RepairEngine
@@ -231,7 +232,11 @@ MakeMedic = Callable[..., Medic]
 
 @pytest.fixture
 def make_medic(
-    slurm_cluster: LocalSlurm, slurm: SlurmEnv, tmp_path: Path, idle: None
+    slurm_cluster: LocalSlurm,
+    slurm: SlurmEnv,
+    tmp_path: Path,
+    idle: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[MakeMedic]:
     """``make_medic(policy, **settings)``: medic on the cluster with a fresh SQLite store, the
     policy stored, and a first pass made (the kernel logs' history is skipped)."""
@@ -255,6 +260,7 @@ def make_medic(
         built.append(services)
         medic = Medic(services, slurm_cluster, slurm)
         medic.reboots_at_start = {n: _reboot_count(slurm_cluster, n) for n in slurm.nodes}
+        keep_trust(medic.store, monkeypatch)
         medic.store.put_repair_policy(CLUSTER, policy)
         medic.run()
         return medic
@@ -418,7 +424,8 @@ RACERS = 4
 def test_racing_api_calls_with_one_request_id_make_one_repair_that_reboots_the_node(
     make_medic: MakeMedic, slurm: SlurmEnv, serve: Callable[[Services], str]
 ) -> None:
-    medic = make_medic(FAST)  # the first pass told the store the cluster's nodes
+    # the first pass told the store the cluster's nodes; the policy trusts the detector
+    medic = make_medic(replace(FAST, trusted_detectors=frozenset({"nvsentinel"})))
     url = serve(medic.services)
     token = grant(medic.store, Role.DETECTOR, "nvsentinel")
     target = slurm.nodes[0]
@@ -461,7 +468,7 @@ def test_racing_api_calls_with_one_request_id_make_one_repair_that_reboots_the_n
         "nvsentinel",
         "auto",
     )
-    assert repair.state is S.APPROVED and repair.rule == "detector-request"
+    assert repair.state is S.APPROVED and repair.rule == "auto:detector:nvsentinel"
     assert len(medic.events(AuditKind.REPAIR_REQUESTED)) == 1
     assert len(medic.events(AuditKind.REPAIR_REQUEST_REPEATED)) == RACERS - 1
 

@@ -27,6 +27,8 @@ Times are the API's clock, never the caller's.
 ``detector:<token name>``, a person's (operator, admin) as ``user:<token name>``. Requests need a
 detector's, operator's or admin's token (a person's request waits for approval like before);
 decisions and the breaker reset an operator's, the repair policy an admin's, reads a viewer's.
+A detector's request is approved automatically only when the repair policy trusts its token's
+name (``trusted_detectors``); otherwise it waits for a person (``medic.policy.approval``).
 The body's ``requested_by``/``requester_kind`` (a request) and ``actor``/``actor_kind`` (a
 decision) are optional; when given they must name the principal (a bare name takes the
 principal's kind), else 403 ``forbidden``, audited as ``access-denied``.
@@ -68,7 +70,13 @@ from medic.control.repair_policy import put_policy, reset_breaker
 from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
-from medic.domain.repairs import Repair, RepairRequest, RepairState, RequesterKind
+from medic.domain.repairs import (
+    Repair,
+    RepairRequest,
+    RepairState,
+    RequestChannel,
+    RequesterKind,
+)
 from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
 
 __all__ = ["router"]
@@ -172,6 +180,7 @@ def post_repair(
         request_id=body.request_id,
         xid=body.xid,
         evidence=evidence,
+        channel=RequestChannel.API,  # the requester is the token's principal: authenticated
     )
     try:
         repair, created, _ = submit_repair(

@@ -17,6 +17,7 @@ from medic.api.schemas import (
     Reason,
     Request,
 )
+from medic.domain.auth import TOKEN_NAME_PATTERN
 from medic.domain.diagnosis import Severity
 from medic.domain.repairs import (
     Alert,
@@ -264,6 +265,11 @@ class RepairDetailOut(RepairOut):
         return cls(**RepairOut.of(r).model_dump(), validations=[ValidationOut.of(v) for v in vs])
 
 
+TrustedDetector = Annotated[str, Field(max_length=128, pattern=TOKEN_NAME_PATTERN)]
+"""A detector as its API token is named (``medic.domain.auth.check_token_name``; the reserved
+names, out of the generators' reach, are not stated)."""
+
+
 class RepairPolicyIn(ActorIn):
     """A cluster's whole repair policy (a field left out takes its default). Ranges, known
     actions and Xid codes are checked by ``medic.control.repair_policy.check_policy``; the
@@ -292,6 +298,12 @@ class RepairPolicyIn(ActorIn):
     validate_after: list[RepairAction] = Field(
         default_factory=lambda: [RepairAction.MIGRATE], max_length=16
     )
+    trusted_detectors: list[TrustedDetector] = Field(default_factory=list, max_length=256)
+    """Detectors (API token names) whose requests are approved automatically; ``agent`` trusts
+    every node agent. Default: none, every detector's request waits for a person."""
+    trust_scheduler_requests: bool = False
+    """Whether a trusted name in a Slurm ``medic-request:`` drain reason or node comment counts
+    (anyone who may drain a node writes any name there). Default: never."""
 
     def to_policy(self) -> RepairPolicy:
         return RepairPolicy(
@@ -307,6 +319,8 @@ class RepairPolicyIn(ActorIn):
             breaker_window_seconds=self.breaker_window_seconds,
             detector_cap_per_hour=self.detector_cap_per_hour,
             validate_after=frozenset(self.validate_after),
+            trusted_detectors=frozenset(self.trusted_detectors),
+            trust_scheduler_requests=self.trust_scheduler_requests,
         )
 
 
@@ -324,6 +338,8 @@ class RepairPolicyOut(BaseModel):
     breaker_window_seconds: float
     detector_cap_per_hour: int
     validate_after: list[str]
+    trusted_detectors: list[str]
+    trust_scheduler_requests: bool
 
     @classmethod
     def of(cls, cluster: str, p: RepairPolicy) -> RepairPolicyOut:
@@ -341,6 +357,8 @@ class RepairPolicyOut(BaseModel):
             breaker_window_seconds=p.breaker_window_seconds,
             detector_cap_per_hour=p.detector_cap_per_hour,
             validate_after=sorted(a.value for a in p.validate_after),
+            trusted_detectors=sorted(p.trusted_detectors),
+            trust_scheduler_requests=p.trust_scheduler_requests,
         )
 
 

@@ -8,8 +8,12 @@ that the request is new):
   action, so medic never repairs the node on it by itself;
 - :func:`medic.policy.admit.admit`: evidence gate, detector cap, one open repair per node,
   migration gate;
-- a detector's request skips the approval queue but must fit now: not in cooldown, breaker
-  closed, within the concurrency budget;
+- a detector's request is never admitted in its node's cooldown. The policy trusts the detector
+  (:func:`medic.policy.approval.approve`: ``trusted_detectors``; a name from a Slurm drain reason
+  or comment only with ``trust_scheduler_requests``): approved automatically, so it must fit now
+  (breaker closed, within the concurrency budget). Otherwise it waits for a person like a
+  person's request (the budget is checked when it is about to start, the breaker does not stop
+  a person's approval);
 - a person's request waits for approval unless the policy approves its action class or Xid
   automatically (breaker closed); removal always waits.
 
@@ -42,7 +46,13 @@ from medic.domain.repairs import (
 )
 from medic.errors import InputError
 from medic.policy.admit import admit
-from medic.policy.approval import RULE_BREAKER_TRIPPED, approval_text, approve
+from medic.policy.approval import (
+    RULE_BREAKER_TRIPPED,
+    RULE_DETECTOR_UNAUTHENTICATED,
+    RULE_DETECTOR_UNTRUSTED,
+    approval_text,
+    approve,
+)
 from medic.policy.guards import (
     RULE_BUDGET,
     RULE_COOLDOWN,
@@ -54,6 +64,9 @@ from medic.policy.recommend import RULE_OPEN_REPAIR, Recommendation, Skip
 from medic.ports import RepairStore
 
 __all__ = ["Decision", "decide"]
+
+_WAITS_FOR_A_PERSON = frozenset({RULE_DETECTOR_UNTRUSTED, RULE_DETECTOR_UNAUTHENTICATED})
+"""The rules under which a detector's request waits for a person (the policy does not trust it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +166,11 @@ def _detector_decision(
     if cooling:
         raise GuardrailRefused(RULE_COOLDOWN, cooling.reason)
     trace.append((RULE_COOLDOWN, cooling.reason))
+    if answer.rule in _WAITS_FOR_A_PERSON:
+        # Not automatic: a person approves it later, and the budget is checked before it starts.
+        return Decision(
+            request, answer.state, answer.approved_by, answer.rule, answer.reason, tuple(trace)
+        )
     if answer.rule == RULE_BREAKER_TRIPPED or breaker.tripped:
         since = f" at {breaker.tripped_at.isoformat()}" if breaker.tripped_at else ""
         why = f": {breaker.reason}" if breaker.reason else ""

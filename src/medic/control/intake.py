@@ -17,11 +17,23 @@ arbiters.
 3. to 6. admission (:mod:`medic.control.admission`): a detector's own failed check is recorded
    as a firing alert and named as the request's evidence (medic never repairs the node on that
    alert by itself); :func:`medic.policy.admit.admit` (evidence gate, detector cap, one open
-   repair per node, migration gate); a detector's request skips the approval queue
-   (``detector-request``) but must fit now (not in cooldown, breaker closed, within the
-   concurrency budget); a person's request waits for approval (``approval-required``) unless the
-   policy approves its action class or Xid automatically (``auto:...``, breaker closed); removal
-   always waits.
+   repair per node, migration gate); no detector's request in its node's cooldown; then the
+   policy decides (:mod:`medic.policy.approval`): a detector it trusts by name
+   (``trusted_detectors``, rule ``auto:detector:<name>``) is approved automatically and must fit
+   now (breaker closed, within the concurrency budget); any other detector's request waits for a
+   person (``detector-untrusted``: every detector's by default); a person's request waits for
+   approval (``approval-required``) unless the policy approves its action class or Xid
+   automatically (``auto:...``, breaker closed); removal always waits.
+
+**Who is trusted.** Through the API the requester is the API token's principal
+(:attr:`~medic.domain.repairs.RequestChannel.API`): authenticated, so the policy's trust in its
+name applies. A ``detector=<name>`` in a Slurm drain reason or node comment
+(:attr:`~medic.domain.repairs.RequestChannel.SCHEDULER`, also the default of a request that does
+not say) is not authenticated: anyone Slurm lets drain a node or set its comment can write any
+name, a trusted detector's included. So such a request waits for a person
+(``detector-unauthenticated``) even when the name is trusted, unless the policy explicitly
+trusts the scheduler channel (``trust_scheduler_requests``, off by default: for sites where only
+the detectors themselves may run ``scontrol update``). The channel is in the audit payload.
 
 A refusal raises a precise error (:mod:`medic.control.actors`) and is audited
 (``repair-request-refused``, with its rule): :class:`~medic.control.actors.GuardrailRefused` (a
@@ -232,6 +244,7 @@ def _request_payload(request: RepairRequest) -> dict[str, Any]:
         "request_id": request.request_id,
         "requested_by": request.requested_by,
         "requester_kind": request.requester_kind.value,
+        "channel": request.channel.value,
         "requested_action": request.action.value,
         "alert_keys": list(request.alert_keys),
         "reason": request.reason,

@@ -1,6 +1,7 @@
 """A person's changes to a cluster's repair settings: the repair policy and the circuit breaker.
 
-:func:`put_policy` replaces the policy after :func:`check_policy` (audited with what changed);
+:func:`put_policy` replaces the policy after :func:`check_policy` (audited with what changed; a
+field the store did not keep is logged as an error, and the answer is the policy in force);
 :func:`reset_breaker` closes a tripped breaker so automatic repair resumes. Each is a person's
 decision (a detector acting as one is a ``PolicyViolation``), audited as that person
 (``user:NAME``) with when and the rule.
@@ -9,6 +10,7 @@ decision (a detector acting as one is a ``PolicyViolation``), audited as that pe
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import re
 from dataclasses import replace
@@ -17,6 +19,7 @@ from datetime import datetime
 from medic.control.actors import Actor, as_person
 from medic.control.intake_common import IntakeStore, audit_event
 from medic.domain.audit import AuditKind
+from medic.domain.auth import Role, check_token_name
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import Breaker, RepairAction, RepairPolicy
 from medic.errors import ConflictError, InputError
@@ -25,9 +28,12 @@ from medic.policy.xid_classes import XID_CLASSES
 
 __all__ = ["check_policy", "put_policy", "reset_breaker"]
 
+logger = logging.getLogger(__name__)
+
 RULE_MANUAL_POLICY = "manual-policy"
 RULE_MANUAL_RESET = "manual-breaker-reset"
 _DAY = 86_400.0
+MAX_TRUSTED_DETECTORS = 256
 
 
 def _range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
@@ -59,6 +65,25 @@ def check_policy(policy: RepairPolicy) -> None:
         raise InputError(
             "auto_xids", f"unknown Xid code(s) {', '.join(map(str, unknown))} (see docs)"
         )
+    _check_trusted(policy.trusted_detectors)
+
+
+def _check_trusted(names: frozenset[str]) -> None:
+    """Each trusted detector is named as its API token is (``nvsentinel``; ``agent`` trusts every
+    node agent ``agent:<node>``): a name no detector token can have would trust nobody."""
+    if len(names) > MAX_TRUSTED_DETECTORS:
+        raise InputError(
+            "trusted_detectors", f"{len(names)} names; at most {MAX_TRUSTED_DETECTORS}"
+        )
+    for name in sorted(names):
+        try:
+            check_token_name(name, Role.DETECTOR)
+        except InputError as exc:
+            raise InputError(
+                "trusted_detectors",
+                f"{exc.message}: name a trusted detector as its API token is named (without "
+                "detector:)",
+            ) from None
 
 
 def put_policy(
@@ -74,6 +99,18 @@ def put_policy(
     before = store.get_repair_policy(cluster)
     store.put_repair_policy(cluster, policy)
     after = store.get_repair_policy(cluster)
+    dropped = [
+        n for n in RepairPolicy.__dataclass_fields__ if getattr(after, n) != getattr(policy, n)
+    ]
+    if dropped:
+        # An older store keeps only the fields it knows: the policy in force is what it kept.
+        logger.error(
+            "the store did not keep %s of the repair policy of %s (upgrade the store); in "
+            "force: %s",
+            ", ".join(dropped),
+            cluster,
+            {n: _plain(getattr(after, n)) for n in dropped},
+        )
     changed = {
         name: [_plain(getattr(before, name)), _plain(getattr(after, name))]
         for name in RepairPolicy.__dataclass_fields__

@@ -31,6 +31,7 @@ __all__ = [
     "RepairRequest",
     "RepairState",
     "RepairUpdate",
+    "RequestChannel",
     "RequesterKind",
     "ValidationOutcome",
     "ValidationResult",
@@ -76,6 +77,16 @@ class RequesterKind(enum.StrEnum):
     """medic's own policy, from an alert with an action mapping."""
     DETECTOR = "detector"
     USER = "user"
+
+
+class RequestChannel(enum.StrEnum):
+    """How a request reached medic, and so whether its requester's name is authenticated."""
+
+    API = "api"
+    """The repair API: the requester is the API token's principal (authenticated)."""
+    SCHEDULER = "scheduler"
+    """A ``medic-request:`` Slurm drain reason or node comment: anyone who may drain a node (or
+    set its comment) writes any ``detector=`` name there (not authenticated)."""
 
 
 class RepairState(enum.StrEnum):
@@ -200,6 +211,9 @@ class RepairRequest:
     finished repairs included."""
     xid: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    channel: RequestChannel = RequestChannel.SCHEDULER
+    """How it arrived. Unauthenticated unless the API says so: a caller that forgets to set it
+    never gains the trust the policy gives a detector's name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +248,8 @@ class Repair:
 
 @dataclass(frozen=True, slots=True)
 class RepairPolicy:
-    """Per-cluster repair policy (defaults: approve before repair, wait for idle up to 2 h)."""
+    """Per-cluster repair policy (defaults: approve before repair, detectors' requests
+    included; wait for idle up to 2 h)."""
 
     auto_actions: frozenset[RepairAction] = frozenset()
     """Action classes approved automatically (for every signal that maps to them)."""
@@ -258,6 +273,12 @@ class RepairPolicy:
     """Per-cluster cap on detector-initiated repair requests per hour."""
     validate_after: frozenset[RepairAction] = frozenset({RepairAction.MIGRATE})
     """Actions after which the machine runs the validation suite."""
+    trusted_detectors: frozenset[str] = frozenset()
+    """Detectors whose requests are approved automatically (``foo`` trusts ``foo`` and
+    ``foo:<part>``); any other detector's request waits for a person."""
+    trust_scheduler_requests: bool = False
+    """Whether a trusted name in a Slurm drain reason or node comment counts as that detector.
+    Off: such a request always waits for a person (whoever may drain a node writes any name)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,13 @@ refused, and why.
 :func:`admit` chains, first stop wins: the ``evidence`` gate (an alert the request names firing on
 its node), the ``detector-cap`` (a detector's requests per hour), ``open-repair`` (one repair per
 node at a time), the ``migration-gate`` (a migrate without critical evidence becomes a
-reprovision), then approval (:func:`.approval.approve`). Detectors skip the approval queue
-(``detector-request``, approved by ``auto``, never as a person); a person's request answers
-``user-request``, and the intake (``medic.control.admission``) then has it wait for another
-person's approval unless the policy would approve the same repair automatically. Removal is never
-automatic (``remove-human-only``).
+reprovision), then approval (:func:`.approval.approve`). A detector's request is approved by
+``auto`` (never as a person) only when the policy trusts the detector (``auto:detector:<name>``;
+a name from a Slurm drain reason or comment only with ``trust_scheduler_requests``); otherwise it
+waits for a person (``detector-untrusted``, ``detector-unauthenticated``); a person's request
+answers ``user-request``, and the intake (``medic.control.admission``) then has it wait for
+another person's approval unless the policy would approve the same repair automatically. Removal
+is never automatic (``remove-human-only``).
 
 medic's own recommendations take :func:`medic.policy.recommend.recommend` instead; both answer with
 a :class:`~medic.policy.recommend.Recommendation` or a :class:`~medic.policy.recommend.Skip`.

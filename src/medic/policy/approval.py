@@ -7,8 +7,17 @@ both :func:`medic.policy.recommend.recommend` (medic's own recommendation) and
 
 - medic's own recommendation waits (``approval-required``) unless the policy approves its action
   class (``auto:action:<a>``) or its Xid (``auto:xid:<code>``) automatically;
-- a detector's request skips the approval queue (``detector-request``, approved by ``auto``,
-  never as a person);
+- a detector's request is approved automatically only when the policy trusts the detector by
+  name (:func:`trusted_as`: ``trusted_detectors`` entry ``foo`` trusts ``foo`` and ``foo:<part>``;
+  rule ``auto:detector:<entry>``, approved by ``auto``, never as a person); any other detector's
+  waits for a person (``detector-untrusted``), and so does every detector's by default;
+- a detector's name that arrived in a Slurm drain reason or node comment
+  (:attr:`~medic.domain.repairs.RequestChannel.SCHEDULER`) is not authenticated: anyone who may
+  drain a node (or set its comment) can write ``detector=<any name>``. It is trusted only when
+  the policy says so explicitly (``trust_scheduler_requests``, off by default: a site that gates
+  ``scontrol`` tightly may turn it on); otherwise it waits (``detector-unauthenticated``), even
+  for a trusted name. Through the API the name is the token's, so it is trusted as the policy
+  says;
 - a person's request answers ``user-request``: the intake (``medic.control.admission``) then has
   it wait for another person's approval unless the policy would approve the same repair
   automatically;
@@ -26,6 +35,7 @@ from medic.domain.repairs import (
     RepairPolicy,
     RepairRequest,
     RepairState,
+    RequestChannel,
     RequesterKind,
 )
 from medic.policy.guards import AUTO_APPROVER
@@ -33,16 +43,19 @@ from medic.policy.guards import AUTO_APPROVER
 __all__ = [
     "RULE_APPROVAL_REQUIRED",
     "RULE_BREAKER_TRIPPED",
-    "RULE_DETECTOR_REQUEST",
+    "RULE_DETECTOR_UNAUTHENTICATED",
+    "RULE_DETECTOR_UNTRUSTED",
     "RULE_REMOVE_HUMAN_ONLY",
     "RULE_USER_REQUEST",
     "approval_text",
     "approve",
+    "trusted_as",
 ]
 
 RULE_APPROVAL_REQUIRED = "approval-required"
 RULE_BREAKER_TRIPPED = "breaker-tripped"
-RULE_DETECTOR_REQUEST = "detector-request"
+RULE_DETECTOR_UNTRUSTED = "detector-untrusted"
+RULE_DETECTOR_UNAUTHENTICATED = "detector-unauthenticated"
 RULE_USER_REQUEST = "user-request"
 RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
 
@@ -50,7 +63,11 @@ _APPROVAL_TEXT = {
     RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
     RULE_BREAKER_TRIPPED: "the circuit breaker is tripped: automatic repair is paused, a person "
     "must approve",
-    RULE_DETECTOR_REQUEST: "a detector's request skips the approval queue",
+    RULE_DETECTOR_UNTRUSTED: "the policy does not trust this detector (trusted_detectors): waits "
+    "for a person to approve",
+    RULE_DETECTOR_UNAUTHENTICATED: "a detector's name in a Slurm drain reason or node comment is "
+    "not authenticated (anyone who may drain a node writes it) and the policy does not trust "
+    "scheduler requests (trust_scheduler_requests): waits for a person to approve",
     RULE_USER_REQUEST: "requested by a person",
     RULE_REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
 }
@@ -66,8 +83,11 @@ def approve(
     """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
 
     A person's request answers ``user-request`` (the intake decides whether it waits for another
-    person, see the module docstring); removal otherwise always waits for one. A
-    detector's request skips the queue (approved by ``auto``, never as a person). medic's own
+    person, see the module docstring); removal otherwise always waits for one. A detector's
+    request is approved by ``auto`` (never as a person) only when :func:`trusted_as` finds it in
+    ``policy.trusted_detectors`` (``auto:detector:<entry>``) and, for a name from the scheduler
+    channel, ``policy.trust_scheduler_requests`` is set; otherwise it waits
+    (``detector-untrusted``, ``detector-unauthenticated``). medic's own
     recommendation waits (``approval-required``) unless its action class is in
     ``policy.auto_actions`` (``auto:action:<a>``) or its Xid is in ``policy.auto_xids``
     (``auto:xid:<code>``, for the mapped action only: an escalated action needs its class). With a
@@ -79,7 +99,12 @@ def approve(
     if request.action.human_only:
         return pending, None, RULE_REMOVE_HUMAN_ONLY
     if request.requester_kind is RequesterKind.DETECTOR:
-        rule = RULE_DETECTOR_REQUEST
+        entry = trusted_as(request.requested_by, policy)
+        if entry is None:
+            return pending, None, RULE_DETECTOR_UNTRUSTED
+        if request.channel is not RequestChannel.API and not policy.trust_scheduler_requests:
+            return pending, None, RULE_DETECTOR_UNAUTHENTICATED
+        rule = f"auto:detector:{entry}"
     elif request.action in policy.auto_actions:
         rule = f"auto:action:{request.action}"
     elif escalated_from is None and request.xid is not None and request.xid in policy.auto_xids:
@@ -89,6 +114,18 @@ def approve(
     if breaker is not None and breaker.tripped:
         return pending, None, RULE_BREAKER_TRIPPED
     return RepairState.APPROVED, AUTO_APPROVER, rule
+
+
+def trusted_as(detector: str, policy: RepairPolicy) -> str | None:
+    """The ``policy.trusted_detectors`` entry that trusts ``detector``: the name itself, or
+    ``foo`` for ``foo:<part>`` (the most specific entry when several do); None: not trusted.
+    Names compare exactly (case included), as the API token's name is matched."""
+    found = [
+        entry
+        for entry in policy.trusted_detectors
+        if detector == entry or detector.startswith(f"{entry}:")
+    ]
+    return max(found, key=lambda entry: (len(entry), entry)) if found else None
 
 
 def approval_text(rule: str) -> str:

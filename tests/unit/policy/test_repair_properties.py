@@ -20,9 +20,10 @@ from medic.domain.repairs import (
     RepairPolicy,
     RepairRequest,
     RepairState,
+    RequestChannel,
     RequesterKind,
 )
-from medic.policy.approval import approve
+from medic.policy.approval import approve, trusted_as
 from medic.policy.guards import budget_limit, has_evidence, within_budget
 from medic.policy.ladder import escalate, weight
 from medic.policy.recommend import Recommendation, recommend
@@ -46,6 +47,8 @@ policies = st.builds(
     persistence_seconds=st.sampled_from([0.0, 60.0, 600.0]),
     cooldown_seconds=st.sampled_from([0.0, 1800.0]),
     max_concurrent_fraction=st.sampled_from([0.01, 0.05, 0.5]),
+    trusted_detectors=st.frozensets(st.sampled_from(["nvsentinel", "agent", "someone"])),
+    trust_scheduler_requests=st.booleans(),
 )
 breakers = st.builds(Breaker, cluster=st.just(CLUSTER), tripped=st.booleans())
 
@@ -109,6 +112,31 @@ def test_remove_is_never_automatic(
     assert rule
 
 
+@given(
+    actions,
+    policies,
+    breakers,
+    st.sampled_from(["nvsentinel", "nvsentinel:gpu", "agent:n1", "someone", "dcgm"]),
+    st.sampled_from(list(RequestChannel)),
+)
+def test_a_detector_is_approved_only_when_the_policy_trusts_its_name_and_channel(
+    action: RepairAction,
+    policy: RepairPolicy,
+    breaker: Breaker,
+    name: str,
+    channel: RequestChannel,
+) -> None:
+    request = RepairRequest(
+        CLUSTER, NODES[0], action, name, RequesterKind.DETECTOR, "r", channel=channel
+    )
+    state, approved_by, _ = approve(request, policy, breaker=breaker)
+    if state is RepairState.APPROVED:
+        assert approved_by == "auto" and trusted_as(name, policy) is not None
+        assert channel is RequestChannel.API or policy.trust_scheduler_requests
+    if not policy.trusted_detectors:
+        assert state is RepairState.PENDING_APPROVAL  # the default: a person approves
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     actions, st.lists(repairs(), max_size=12), st.sampled_from(KEYS), st.sampled_from([None, 79])
@@ -168,9 +196,11 @@ def test_budget_never_admits_past_the_limit(
     active: list[Repair], nodes: int, policy: RepairPolicy
 ) -> None:
     check = within_budget(nodes, active, {}, NODES[0], policy)
-    started = [
+    at_work = [
         r
         for r in active
-        if r.state.is_active  # started ones and every approved one (a new candidate is behind)
+        # started ones and every approved one (a new candidate is behind); not knowing which
+        # nodes are busy, one waiting for idle waits for a busy node: it holds no working slot
+        if r.state.is_active and r.state is not RepairState.WAITING_FOR_IDLE
     ]
-    assert bool(check) == (len(started) < budget_limit(nodes, policy))
+    assert bool(check) == (len(at_work) < budget_limit(nodes, policy))

@@ -19,6 +19,7 @@ from medic.domain.repairs import (
     RepairPolicy,
     RepairRequest,
     RepairState,
+    RequestChannel,
     RequesterKind,
 )
 from medic.policy.admit import admit
@@ -39,7 +40,10 @@ R, B, P, M, X = (
     RepairAction.REMOVE,
 )
 MEDIC, DETECTOR, USER = RequesterKind.MEDIC, RequesterKind.DETECTOR, RequesterKind.USER
+API = RequestChannel.API
 PENDING, APPROVED = RepairState.PENDING_APPROVAL, RepairState.APPROVED
+TRUSTING = RepairPolicy(trusted_detectors=frozenset({"nvsentinel"}))
+"""The policy trusts the detector ``nvsentinel`` (by default it trusts none)."""
 
 
 def _request(
@@ -50,7 +54,9 @@ def _request(
     by: str | None = None,
 ) -> RepairRequest:
     requested_by = by or {MEDIC: "medic", DETECTOR: "nvsentinel", USER: "alice"}[kind]
-    return RepairRequest(CLUSTER, N1, action, requested_by, kind, "because", keys, xid=xid)
+    return RepairRequest(
+        CLUSTER, N1, action, requested_by, kind, "because", keys, xid=xid, channel=API
+    )
 
 
 # --- approval ---------------------------------------------------------------------------------
@@ -107,7 +113,14 @@ def _request(
             RepairPolicy(),
             None,
             None,
-            (APPROVED, "auto", "detector-request"),
+            (PENDING, None, "detector-untrusted"),
+        ),
+        (
+            _request(kind=DETECTOR),
+            TRUSTING,
+            None,
+            None,
+            (APPROVED, "auto", "auto:detector:nvsentinel"),
         ),
         (_request(X, DETECTOR), RepairPolicy(), None, None, (PENDING, None, "remove-human-only")),
         (_request(X, USER), RepairPolicy(), None, None, (APPROVED, "alice", "user-request")),
@@ -118,12 +131,13 @@ def _request(
             TRIPPED,
             (PENDING, None, "breaker-tripped"),
         ),
-        (
+        (_request(kind=DETECTOR), TRUSTING, None, TRIPPED, (PENDING, None, "breaker-tripped")),
+        (  # an untrusted detector's request waits for a person anyway
             _request(kind=DETECTOR),
             RepairPolicy(),
             None,
             TRIPPED,
-            (PENDING, None, "breaker-tripped"),
+            (PENDING, None, "detector-untrusted"),
         ),
         (_request(), RepairPolicy(), None, TRIPPED, (PENDING, None, "approval-required")),
         (_request(kind=USER), RepairPolicy(), None, TRIPPED, (APPROVED, "alice", "user-request")),
@@ -141,8 +155,9 @@ def test_approve(
 
 def test_a_detector_never_acts_as_a_user() -> None:
     posing = _request(kind=DETECTOR, by="alice")
-    state, approved_by, rule = approve(posing, RepairPolicy())
-    assert (state, approved_by, rule) == (APPROVED, "auto", "detector-request")
+    assert approve(posing, RepairPolicy()) == (PENDING, None, "detector-untrusted")
+    trusted = RepairPolicy(trusted_detectors=frozenset({"alice"}))
+    assert approve(posing, trusted) == (APPROVED, "auto", "auto:detector:alice")
 
 
 # --- recommend --------------------------------------------------------------------------------
@@ -367,9 +382,12 @@ def _admit(
 
 
 def test_admit_a_detector_request() -> None:
-    rec = _rec(_admit(_request(kind=DETECTOR), [_alert()]))
-    assert (rec.state, rec.approved_by, rec.rule) == (APPROVED, "auto", "detector-request")
+    rec = _rec(_admit(_request(kind=DETECTOR), [_alert()], policy=TRUSTING))
+    assert (rec.state, rec.approved_by, rec.rule) == (APPROVED, "auto", "auto:detector:nvsentinel")
     assert rec.wait_deadline == T0 + timedelta(hours=2)
+    waits = _rec(_admit(_request(kind=DETECTOR), [_alert()]))
+    assert (waits.state, waits.approved_by, waits.rule) == (PENDING, None, "detector-untrusted")
+    assert waits.wait_deadline is None
 
 
 def test_admit_needs_evidence() -> None:

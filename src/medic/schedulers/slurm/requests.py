@@ -14,10 +14,18 @@ then required: a person's request needs the drain as its evidence)::
 Format: ``medic-request: <action> [id=<request id>] [detector=<name>] <free text>``. ``<action>``
 is a repair action (``reset_gpu``, ``reboot``, ``reprovision``, ``migrate``, ``power_cycle``,
 ``remove``; ``-`` for ``_`` and any case accepted); the options come in any order before the free
-text. With ``detector=`` the request is that detector's (it skips the approval queue, see
-``medic.control.intake``); without it the request is a person's (``slurm-operator``), which
-waits for approval. ``alert_keys`` name ``slurm:drain``: the node drained by someone else is the
-failed check a person's request answers.
+text. With ``detector=`` the request is that detector's; without it the request is a person's
+(``slurm-operator``), which waits for approval.
+
+**Not authenticated.** Slurm does not say who wrote a reason or a comment: anyone it lets drain
+a node can write ``detector=<any name>``. So every request parsed here is marked
+:attr:`~medic.domain.repairs.RequestChannel.SCHEDULER`, and a detector's waits for a person
+even when the repair policy trusts that name, unless the policy explicitly trusts requests from
+the scheduler (``trust_scheduler_requests``, off by default; see ``medic.control.intake``). A
+detector that should be trusted asks through the API, with its own token.
+
+``alert_keys`` name ``slurm:drain``: the node drained by someone else is the failed check a
+person's request answers.
 
 Without ``id=``, the request id is a hash of (node, reason text), so re-reading the same drain
 reason every pass never creates a second repair; to ask again for the same node later, change
@@ -35,7 +43,7 @@ import re
 
 from medic.domain.cluster import REQUEST_PREFIX, Node
 from medic.domain.ids import ClusterName
-from medic.domain.repairs import RepairAction, RepairRequest, RequesterKind
+from medic.domain.repairs import RepairAction, RepairRequest, RequestChannel, RequesterKind
 from medic.errors import InputError
 
 __all__ = ["REQUEST_PREFIX", "SLURM_OPERATOR", "parse_request", "request_id_for"]
@@ -132,4 +140,5 @@ def _request(node: Node, cluster: ClusterName, line: str, where: str) -> RepairR
         alert_keys=(DRAIN_ALERT_KEY,) if where == "drain reason" else (),
         request_id=options.get("id") or request_id_for(node.name, line),
         evidence={"source": f"slurm-{where.replace(' ', '-')}", where.replace(" ", "_"): line},
+        channel=RequestChannel.SCHEDULER,  # Slurm does not say who wrote it: not authenticated
     )

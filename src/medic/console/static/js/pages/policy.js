@@ -1,5 +1,6 @@
 // Policy: observe / act per cluster and partition (GET/PUT /api/v1/policy/modes?cluster=), and the
-// repair auto-approval checklist per action and Xid code (GET/PUT /api/v1/policy/repair?cluster=).
+// repair auto-approval checklist per action and Xid code, and the detectors the policy trusts
+// (GET/PUT /api/v1/policy/repair?cluster=).
 
 import { get, put } from "../api.js";
 import { REPAIR_ACTIONS } from "../health.js";
@@ -102,6 +103,7 @@ function repairPolicyForm(policy, seen) {
     ["Detector requests per hour", policy.detector_cap_per_hour],
     ["Revalidate after", policy.validate_after.map(label).join(", ") || "—"],
   ];
+  const trusted = (policy.trusted_detectors || []).join(", ");
   return html`<form id="repair-policy-form">
     <p>A repair medic recommends is approved without a person when its action is ticked,
       <em>or</em> when it answers an Xid whose code is ticked (for the Xid's own mapped action:
@@ -114,6 +116,15 @@ function repairPolicyForm(policy, seen) {
         <ul class="checks" id="xid-checks">${join(xids)}</ul>
         <label>Another Xid code <input type="number" name="extra_xid" min="0" max="65535"
           inputmode="numeric"></label></fieldset>
+      <fieldset><legend>Detectors trusted</legend>
+        <p class="muted">A detector's request is approved without a person only when its API
+          token's name is listed (<code>agent</code> trusts every node agent); any other waits.</p>
+        <label>Names, comma-separated <input type="text" name="trusted_detectors"
+          value="${trusted}" autocomplete="off"></label>
+        <label><input type="checkbox" name="trust_scheduler_requests"
+          ${policy.trust_scheduler_requests ? "checked" : ""}> Also trust these names in Slurm
+          drain reasons and node comments <span class="muted">(not authenticated: anyone who may
+          drain a node can write any name)</span></label></fieldset>
     </div>
     <p class="write"><button type="submit" class="primary" id="save-repair-policy">Save the
       checklist</button></p>
@@ -245,7 +256,14 @@ export function policy(main, { params }) {
     const xids = [...form.querySelectorAll("input[name=auto_xids]:checked")].map((i) => Number(i.value));
     const extra = form.elements.extra_xid.value.trim();
     if (extra !== "") xids.push(Number(extra));
-    const body = { ...policyDoc, auto_actions: actions, auto_xids: [...new Set(xids)] };
+    const trusted = form.elements.trusted_detectors.value.split(",").map((n) => n.trim()).filter(Boolean);
+    const body = {
+      ...policyDoc,
+      auto_actions: actions,
+      auto_xids: [...new Set(xids)],
+      trusted_detectors: [...new Set(trusted)],
+      trust_scheduler_requests: form.elements.trust_scheduler_requests.checked,
+    };
     delete body.cluster;
     const button = form.querySelector("#save-repair-policy");
     button.disabled = true;

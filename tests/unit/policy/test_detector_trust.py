@@ -1,0 +1,112 @@
+"""Issue 11, defect 2: a detector's request is approved automatically only when the repair policy
+trusts the detector by name, and a name that came through Slurm (a drain reason or a node
+comment, which anyone who may drain a node writes) only when the policy also trusts that channel.
+By default every detector's request waits for a person."""
+
+from __future__ import annotations
+
+import pytest
+
+from medic.control.repair_policy import check_policy
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import (
+    RepairAction,
+    RepairPolicy,
+    RepairRequest,
+    RepairState,
+    RequestChannel,
+    RequesterKind,
+)
+from medic.errors import InputError
+from medic.policy.approval import approval_text, approve, trusted_as
+
+PENDING, APPROVED = RepairState.PENDING_APPROVAL, RepairState.APPROVED
+API, SCHEDULER = RequestChannel.API, RequestChannel.SCHEDULER
+TRUSTING = RepairPolicy(trusted_detectors=frozenset({"nvsentinel", "agent"}))
+
+
+def _detector(name: str, channel: RequestChannel = API) -> RepairRequest:
+    return RepairRequest(
+        ClusterName("c1"),
+        NodeName("n1"),
+        RepairAction.REBOOT,
+        name,
+        RequesterKind.DETECTOR,
+        "GPU memory test failed",
+        ("detector:x:gpu_mem",),
+        request_id="r-1",
+        channel=channel,
+    )
+
+
+def test_by_default_every_detector_waits_for_a_person() -> None:
+    for channel in RequestChannel:
+        assert approve(_detector("nvsentinel", channel), RepairPolicy()) == (
+            PENDING,
+            None,
+            "detector-untrusted",
+        )
+    assert "waits for a person" in approval_text("detector-untrusted")
+
+
+@pytest.mark.parametrize(
+    ("name", "entry"),
+    [
+        ("nvsentinel", "nvsentinel"),
+        ("nvsentinel:burn-in", "nvsentinel"),  # foo trusts foo:<part>
+        ("agent:gpu-node-017", "agent"),  # every node agent
+        ("agent", "agent"),
+        ("nvsentinelx", None),  # a longer name is another detector
+        ("NVSentinel", None),  # names compare exactly, as token names do
+        ("dcgm", None),
+        ("x:nvsentinel", None),
+    ],
+)
+def test_the_policy_trusts_a_detector_by_name(name: str, entry: str | None) -> None:
+    assert trusted_as(name, TRUSTING) == entry
+    if entry is None:
+        assert approve(_detector(name), TRUSTING) == (PENDING, None, "detector-untrusted")
+    else:
+        assert approve(_detector(name), TRUSTING) == (APPROVED, "auto", f"auto:detector:{entry}")
+
+
+def test_the_most_specific_entry_names_the_rule() -> None:
+    policy = RepairPolicy(trusted_detectors=frozenset({"agent", "agent:n1"}))
+    assert trusted_as("agent:n1", policy) == "agent:n1"
+    assert trusted_as("agent:n2", policy) == "agent"
+
+
+def test_a_name_from_slurm_is_not_authenticated() -> None:
+    spoofed = _detector("nvsentinel", SCHEDULER)  # detector=nvsentinel in a drain reason
+    assert approve(spoofed, TRUSTING) == (PENDING, None, "detector-unauthenticated")
+    assert "not authenticated" in approval_text("detector-unauthenticated")
+    # only a policy that explicitly trusts the scheduler channel takes the name as given
+    both = RepairPolicy(trusted_detectors=TRUSTING.trusted_detectors, trust_scheduler_requests=True)
+    assert approve(spoofed, both) == (APPROVED, "auto", "auto:detector:nvsentinel")
+    assert approve(_detector("dcgm", SCHEDULER), both) == (PENDING, None, "detector-untrusted")
+
+
+def test_a_request_that_does_not_say_how_it_came_is_not_authenticated() -> None:
+    request = RepairRequest(
+        ClusterName("c1"),
+        NodeName("n1"),
+        RepairAction.REBOOT,
+        "nvsentinel",
+        RequesterKind.DETECTOR,
+        "r",
+        request_id="r-1",
+    )
+    assert request.channel is SCHEDULER
+    assert approve(request, TRUSTING)[2] == "detector-unauthenticated"
+
+
+@pytest.mark.parametrize(
+    "name", ["detector:nvsentinel", "user:alice", "auto", "medic", "bad name", "a:b:c", ""]
+)
+def test_a_trusted_name_must_be_a_detector_token_name(name: str) -> None:
+    with pytest.raises(InputError, match=r"^trusted_detectors: "):
+        check_policy(RepairPolicy(trusted_detectors=frozenset({name})))
+
+
+def test_trusted_names_that_detector_tokens_can_have_are_accepted() -> None:
+    check_policy(RepairPolicy(trusted_detectors=frozenset({"nvsentinel", "agent", "ci-bot:p1"})))

@@ -359,6 +359,45 @@ def test_transition_is_compare_and_set(store: SqlStore) -> None:
     assert store.get_repair(repair.id) == current
 
 
+def test_a_lease_is_taken_renewed_and_taken_over_by_compare_and_set(store: SqlStore) -> None:
+    repair, _ = store.create_repair(_request(), state=S.APPROVED, now=T0, approved_by="auto")
+    assert (repair.owner, repair.lease_until) == (None, None)
+    update = RepairUpdate(owner="engine-a", lease_until=_at(31))
+    cordoned = store.transition_repair(repair.id, S.APPROVED, S.CORDONED, _at(1), update)
+    assert (cordoned.owner, cordoned.lease_until) == ("engine-a", _at(31))
+
+    # another engine cannot take a lease that still runs; its owner renews it
+    with pytest.raises(ConflictError, match="held by engine-a until"):
+        store.claim_repair(repair.id, S.CORDONED, "engine-b", _at(30), _at(60))
+    renewed = store.claim_repair(repair.id, S.CORDONED, "engine-a", _at(10), _at(40))
+    assert (renewed.owner, renewed.lease_until, renewed.updated_at) == ("engine-a", _at(40), _at(1))
+    # a repair that left the state is not claimed, whoever asks
+    with pytest.raises(ConflictError, match="not draining"):
+        store.claim_repair(repair.id, S.DRAINING, "engine-a", _at(11), _at(41))
+    # the lease ran out (its engine stopped): taken over, exactly at the end included
+    taken = store.claim_repair(repair.id, S.CORDONED, "engine-b", _at(40), _at(70))
+    assert (taken.owner, taken.lease_until, taken.state) == ("engine-b", _at(70), S.CORDONED)
+    assert store.get_repair(repair.id) == taken
+    with pytest.raises(NotFoundError):
+        store.claim_repair(repair.id + 1000, S.CORDONED, "engine-b", _at(41), _at(71))
+
+
+def test_racing_claims_on_an_expired_lease_one_wins(
+    two_stores: tuple[SqlStore, SqlStore],
+) -> None:
+    a, b = two_stores
+    for round_ in range(4):
+        repair, _ = a.create_repair(_request(f"n{round_}"), state=S.APPROVED, now=T0)
+        update = RepairUpdate(owner="gone", lease_until=_at(1))
+        a.transition_repair(repair.id, S.APPROVED, S.CORDONED, _at(0), update)
+        first = partial(a.claim_repair, repair.id, S.CORDONED, "engine-a", _at(5), _at(35))
+        second = partial(b.claim_repair, repair.id, S.CORDONED, "engine-b", _at(5), _at(35))
+        results = _race(_or_conflict(first), _or_conflict(second))
+        assert results.count("conflict") == 1
+        (winner,) = [r for r in results if r != "conflict"]
+        assert b.get_repair(repair.id) == winner and winner.owner in ("engine-a", "engine-b")
+
+
 @pytest.mark.parametrize(
     ("expected", "new"),
     [
@@ -566,5 +605,48 @@ def test_upgrade_from_0001_keeps_data_and_downgrade_removes_repair_tables(
         engine.dispose()
         names = set(sa.inspect(engine).get_table_names())
         assert not REPAIR_TABLES & names and {"cursors", "audit_events"} <= names
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0004_gives_existing_repairs_no_owner_and_downgrade_drops_the_lease(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    if fresh_url.startswith("sqlite"):
+        db_url = f"sqlite:///{tmp_path / 'old.db'}"
+    else:
+        db_url = fresh_url
+        _drop_everything(db_url)  # the next test's db_url fixture migrates it back to head
+    engine = sa.create_engine(db_url)
+    try:
+        upgrade_schema(engine, "0004")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("repairs")}
+        assert not {"owner", "lease_until"} & columns
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO repairs (cluster, node, action, state, requested_by, "
+                    "requester_kind, reason, alert_keys, interrupted_jobs, evidence, created_at, "
+                    "updated_at) VALUES ('alpha', 'n1', 'reboot', 'executing', 'medic', 'medic', "
+                    "'xid 79', '[]', '[]', '{}', :t, :t)"
+                ),
+                {"t": T0.replace(tzinfo=None)},
+            )
+        upgraded = create_store(db_url)  # migrates 0004 -> head
+        try:
+            (repair,) = upgraded.list_repairs(cluster=C)
+            assert (repair.state, repair.owner, repair.lease_until) == (S.EXECUTING, None, None)
+            taken = upgraded.claim_repair(repair.id, S.EXECUTING, "engine-a", _at(1), _at(31))
+            assert taken.owner == "engine-a", "an existing repair is free to take"
+        finally:
+            upgraded.close()
+
+        config = migrations_config()
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0004")
+        engine.dispose()
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("repairs")}
+        assert not {"owner", "lease_until"} & columns and "boot_id" in columns
     finally:
         engine.dispose()

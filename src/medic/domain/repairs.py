@@ -244,6 +244,11 @@ class Repair:
     """The node's boot id before executing; guards power-cycles against repeating."""
     error: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    owner: str | None = None
+    """The repair engine that carries the current state's work out (None: none yet). It holds
+    the repair until ``lease_until`` and renews that while it works; another engine takes the
+    repair over (a compare-and-set) only once the lease ran out: its engine stopped."""
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,3 +321,6 @@ class RepairUpdate:
     escalated_from: RepairAction | None = None
     boot_id: str | None = None
     error: str | None = None
+    owner: str | None = None
+    """The engine making the move, which then holds the repair until ``lease_until``."""
+    lease_until: datetime | None = None

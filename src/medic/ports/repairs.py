@@ -31,7 +31,8 @@ class RepairStore(Protocol):
     """Durable state of node auto-repair: alerts, repairs, policy, breaker, validation results.
 
     Repair transitions are compare-and-set on the state (``ConflictError`` when another replica
-    moved it first); alerts are deduplicated by (cluster, node, key).
+    moved it first), and so is the lease that says which engine works on a repair; alerts are
+    deduplicated by (cluster, node, key).
     """
 
     def upsert_alert(self, alert: Alert, now: datetime) -> Alert:
@@ -96,6 +97,16 @@ class RepairStore(Protocol):
         """Move a repair from ``expected`` to ``new`` (must be allowed by ``TRANSITIONS``;
         ``InputError`` otherwise) and apply ``update``. ``ConflictError`` when its state is no
         longer ``expected``; ``NotFoundError`` for an unknown id."""
+        ...
+
+    def claim_repair(
+        self, repair_id: int, state: RepairState, owner: str, now: datetime, until: datetime
+    ) -> Repair:
+        """Take, or renew, the lease on a repair in ``state``: ``owner`` holds it until
+        ``until``. A compare-and-set: it succeeds when nobody holds the repair (no owner, or a
+        lease that ended at or before ``now``) or ``owner`` already does; ``ConflictError`` when
+        another owner's lease still runs or the repair is no longer in ``state``;
+        ``NotFoundError`` for an unknown id. ``updated_at`` is left alone."""
         ...
 
     def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:

@@ -278,6 +278,11 @@ class SqlStore:
     ) -> Repair:
         return sql_repairs.transition_repair(self._db, repair_id, expected, new, now, update)
 
+    def claim_repair(
+        self, repair_id: int, state: RepairState, owner: str, now: datetime, until: datetime
+    ) -> Repair:
+        return sql_repairs.claim_repair(self._db, repair_id, state, owner, now, until)
+
     # --- node auto-repair: policy, breaker, validation ---------------------------------------
     def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:
         return sql_repair_state.get_repair_policy(self._db, cluster)

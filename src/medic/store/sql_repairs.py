@@ -4,7 +4,9 @@ Several control-loop replicas, the API and detectors write here at once, so noth
 decides and writes without a guard: a repair request with a request id is protected by the
 unique key (cluster, requested_by, request_id) (the loser re-reads and returns the winner's
 repair), and every state change is ``UPDATE ... WHERE id = :id AND state = :expected`` that must
-change exactly one row. Alerts, the policy and the breaker live in ``sql_repair_state``.
+change exactly one row. Which engine works on a repair is a lease taken the same way
+(:func:`claim_repair`: free, expired or already the claimant's). Alerts, the policy and the
+breaker live in ``sql_repair_state``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from medic.store.tables import repairs, validations
 
 __all__ = [
     "add_validation",
+    "claim_repair",
     "create_repair",
     "get_repair",
     "list_repairs",
@@ -184,6 +187,48 @@ def transition_repair(
     return db.write(work)
 
 
+def claim_repair(
+    db: Database,
+    repair_id: int,
+    state: RepairState,
+    owner: str,
+    now: datetime,
+    until: datetime,
+) -> Repair:
+    # One statement: the lease is free (never taken, or ended at or before ``now``) or already
+    # ``owner``'s, and the repair is still in ``state``. ``updated_at`` stays: it dates the state.
+    free = sa.or_(
+        repairs.c.owner.is_(None),
+        repairs.c.owner == owner,
+        repairs.c.lease_until.is_(None),
+        repairs.c.lease_until <= now,
+    )
+    stmt = (
+        sa.update(repairs)
+        .where(repairs.c.id == repair_id, repairs.c.state == state.value, free)
+        .values(owner=owner, lease_until=until)
+    )
+
+    def work(conn: Connection) -> Repair:
+        changed = conn.execute(stmt).rowcount
+        row = conn.execute(sa.select(repairs).where(repairs.c.id == repair_id)).first()
+        if row is None:
+            raise NotFoundError(f"repair {repair_id} does not exist")
+        if changed != 1 and row.state != state.value:
+            raise ConflictError(
+                f"repair {repair_id} is {row.state}, not {state.value}: another writer moved it"
+            )
+        if changed != 1:
+            until_text = row.lease_until.isoformat() if row.lease_until else "?"
+            raise ConflictError(
+                f"repair {repair_id} is held by {row.owner} until {until_text}: "
+                "its engine still works on it"
+            )
+        return _repair(row._mapping)
+
+    return db.write(work)
+
+
 def _update_values(update: RepairUpdate | None) -> dict[str, Any]:
     """The update's non-None fields as column values (the field names are the column names)."""
     if update is None:
@@ -231,6 +276,8 @@ def _repair(data: RowMapping) -> Repair:
         boot_id=data["boot_id"],
         error=data["error"],
         evidence=data["evidence"],
+        owner=data["owner"],
+        lease_until=data["lease_until"],
     )
 
 

@@ -294,6 +294,9 @@ repairs = sa.Table(
     sa.Column("evidence", JsonText(), nullable=False),
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+    # Which engine carries the repair's current state out, until when (revision 0005).
+    sa.Column("owner", sa.String(NAME), nullable=True),
+    sa.Column("lease_until", UtcDateTime(), nullable=True),
     # The idempotency key of repair requests. Rows without a request id hold NULL here, and a
     # UNIQUE constraint lets NULLs repeat on every engine, so those never collide.
     sa.UniqueConstraint("cluster", "requested_by", "request_id"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medic.config.settings import RepairSettings
+from medic.config.settings import RepairSettings, SimSettings
 from medic.control.validation import ValidationCheck, parse_validation_commands
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import NodeState
@@ -13,6 +13,7 @@ from medic.domain.ids import NodeName
 from medic.domain.repairs import RepairAction, RepairPolicy, RepairState
 from medic.schedulers.hooks import HookNodeProvider, hook_commands, render, run_command
 from medic.schedulers.sim import SimCluster
+from medic.testing import FakeClock
 
 from .conftest import MakeHarness
 from .test_repairs_rig import rig
@@ -29,6 +30,16 @@ def test_render_quotes_the_placeholders_and_keeps_shell_braces() -> None:
     assert run_command("echo out; echo err >&2; exit 3", {}, 5) == (3, "out\nerr\n")
     status, output = run_command("sleep 5", {}, 0.2)
     assert status is None and "timed out" in output
+
+
+def test_a_hook_under_way_cannot_be_seen_by_another_medic() -> None:
+    sim = SimCluster(FakeClock(), SimSettings(nodes=2, partitions=1, jobs=0, seed=1))
+    hooked = HookNodeProvider(sim.node_provider, {RepairAction.REPROVISION: "rebuild {node}"})
+    node = NodeName("node001")
+    assert hooked.in_flight(node, RepairAction.REPROVISION) is None, "its own session's"
+    assert hooked.in_flight(node, RepairAction.REBOOT) is False  # the simulator's, idle
+    hooked.execute(node, RepairAction.REBOOT, 1)
+    assert hooked.in_flight(node, RepairAction.REBOOT) is True  # restarting
 
 
 def test_the_validation_suite_format() -> None:

@@ -125,6 +125,15 @@ class NodeProvider(Protocol):
         its way back; raises ``TransientError`` when that cannot be told now."""
         ...
 
+    def in_flight(self, node: NodeName, action: RepairAction) -> bool | None:
+        """Whether ``action`` is under way on ``node``, as far as this provider can see from the
+        node itself: True (a reboot asked for and not finished), False (nothing under way: it
+        never started, or it ended), None (it cannot tell: an operator hook that another medic
+        process ran, a node that does not answer). Asked by an engine that took over an
+        execution whose outcome was never recorded (its engine stopped mid-step), to decide
+        between waiting and issuing the action again."""
+        ...
+
 
 class FaultInjector(Protocol):
     """Injects faults into a cluster and reports what it injected (simulator, test harness)."""

@@ -144,6 +144,13 @@ class HookNodeProvider:
                 f"{action} hook for {node} (repair {repair_id}) {what}: {output.strip()[-500:]}"
             )
 
+    def in_flight(self, node: NodeName, action: RepairAction) -> bool | None:
+        if action in self.commands:
+            # A hook runs in its own session and outlives the medic that started it: a medic
+            # that took over cannot see it from here.
+            return None
+        return self.inner.in_flight(node, action)
+
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
         # A hook returns when its action is done: the node only has to answer again.
         before = None if action in self.commands else boot_id_before

@@ -364,6 +364,26 @@ def test_slurm_reboots_and_removes_by_itself_and_needs_hooks_for_the_rest() -> N
         provider.execute(NodeName("node2"), RepairAction.REPROVISION, 7)
 
 
+@pytest.mark.parametrize(
+    ("state", "action", "expected"),
+    [
+        ("IDLE+DRAIN+REBOOT_REQUESTED", RepairAction.REBOOT, True),
+        ("DOWN+DRAIN+REBOOT_ISSUED", RepairAction.REBOOT, True),
+        ("IDLE+DRAIN", RepairAction.REBOOT, False),  # answers, nothing pending: never happened
+        ("IDLE+DRAIN+NOT_RESPONDING", RepairAction.REBOOT, None),  # on its way, or broken
+        ("DOWN+DRAIN", RepairAction.REBOOT, None),
+        ("IDLE+DRAIN", RepairAction.REMOVE, False),  # nothing runs for a removal
+        ("IDLE+DRAIN", RepairAction.REPROVISION, None),  # an operator hook's: not Slurm's
+    ],
+)
+def test_in_flight_reads_the_reboot_flags(
+    state: str, action: RepairAction, expected: bool | None
+) -> None:
+    script = Script().on("scontrol", result=node_out(state=state, reason="medic: repair 4"))
+    provider = SlurmNodeProvider(script, SlurmSettings())
+    assert provider.in_flight(NodeName("node2"), action) is expected
+
+
 def test_reboot_is_idempotent_and_respects_other_owners() -> None:
     pending = node_out(state="IDLE+DRAIN+REBOOT_REQUESTED", reason="medic: xid 79")
     script = Script().on("scontrol", result=pending)

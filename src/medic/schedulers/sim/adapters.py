@@ -91,6 +91,9 @@ class SimNodeProvider:
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
         return self._sim.rejoined(node, action, boot_id_before)
 
+    def in_flight(self, node: NodeName, action: RepairAction) -> bool | None:
+        return self._sim.in_flight(node, action)
+
 
 class SimFaultInjector:
     """``FaultInjector`` port: faults with the effects documented in docs/simulator.md."""

@@ -261,6 +261,12 @@ class SimCluster:
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
         return node_lifecycle.rejoined(self.node(node), action, boot_id_before)
 
+    @_public
+    def in_flight(self, node: NodeName, action: RepairAction) -> bool | None:
+        """True while the node restarts (a restarting repair under way); every other action
+        is over the moment it is carried out."""
+        return self.node(node).rebooting
+
     # --- faults -----------------------------------------------------------------------------
     @_public
     def inject(

@@ -286,7 +286,9 @@ class SlurmNodeProvider:
     action needs an operator hook (``medic.schedulers.hooks``; without one ``can`` is False and
     ``execute`` raises ``PermanentError``). ``rejoined``: the node answers (not
     NOT_RESPONDING), has no reboot pending or issued, is not DOWN (unless held DOWN for medic,
-    below), and, after a reboot-like action, has a new ``BootTime``.
+    below), and, after a reboot-like action, has a new ``BootTime``. ``in_flight``: a reboot is
+    under way while the node carries ``REBOOT_REQUESTED`` or ``REBOOT_ISSUED``, cannot be told
+    while it does not answer or is DOWN, and is not under way otherwise.
 
     ``reboot`` asks Slurm to reboot the node as soon as its jobs end (``ASAP`` drains it
     meanwhile, with medic's reason) and what to do after (``nextstate=``, resume by default);
@@ -335,6 +337,20 @@ class SlurmNodeProvider:
                 f"repair.{action.value}_command (an operator hook)"
             )
         self.reboot(node, f"medic: repair {repair_id} reboot")
+
+    def in_flight(self, node: NodeName, action: RepairAction) -> bool | None:
+        if action is RepairAction.REMOVE:
+            return False  # nothing runs: the node only stays drained
+        if action is not RepairAction.REBOOT:
+            return None  # Slurm does not carry it out: an operator hook does
+        record = self._nodes.read(node)
+        flags = set(record["flags"])
+        if flags & _REBOOTING:
+            return True
+        down = convert.node_state(record["state"], flags) is NodeState.DOWN
+        if down or "NOT_RESPONDING" in flags:
+            return None  # on its way down or back, or broken: the boot id tells later
+        return False
 
     def rejoined(self, node: NodeName, action: RepairAction, boot_id_before: str | None) -> bool:
         record = self._nodes.read(node)

@@ -48,7 +48,6 @@ from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 
 from .auth_kit import bearer, grant
-from .trust_kit import keep_trust
 
 PROBLEM_JSON = "application/problem+json"
 CLUSTER = ClusterName("c1")
@@ -165,9 +164,7 @@ def _database(param: str, tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=ENGINES)
-def api(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Api]:
+def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     clock = FakeClock()
     settings = load_settings(
         env={},
@@ -176,7 +173,6 @@ def api(
     services = build(settings, clock=clock)
     nodes = [Node(NodeName(f"n{i:02d}"), NodeState.IDLE, gpus=8) for i in range(1, NODES + 1)]
     services.store.sync_nodes(CLUSTER, nodes, clock.now())
-    keep_trust(services.store, monkeypatch)
     services.store.put_repair_policy(CLUSTER, TRUSTED)
     app = create_app(services)
     if not any(getattr(r, "path", None) == "/api/v1/repairs" for r in app.routes):

@@ -457,6 +457,8 @@ def test_repair_policy_default_and_round_trip(store: SqlStore, db_url: str) -> N
         breaker_window_seconds=3600.0,
         detector_cap_per_hour=7,
         validate_after=frozenset({RepairAction.MIGRATE, RepairAction.REPROVISION}),
+        trusted_detectors=frozenset({"nvsentinel", "dcgm:health"}),
+        trust_scheduler_requests=True,
     )
     store.put_repair_policy(C, policy)
     assert store.get_repair_policy(C) == policy

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from api.trust_kit import keep_trust
 from medic.control.intake import submit_repair
 from medic.control.intake_common import node_pools
 from medic.control.repair_decisions import approve_repair
@@ -38,9 +37,8 @@ SPOOFED = "medic-request: reboot id=t-1 detector=nvsentinel written by anyone wh
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlStore]:
+def store(tmp_path: Path) -> Iterator[SqlStore]:
     opened = create_store(f"sqlite:///{tmp_path / 'medic.db'}")
-    keep_trust(opened, monkeypatch)
     yield opened
     opened.close()
 

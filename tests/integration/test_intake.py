@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from api.trust_kit import keep_trust
 from medic.control.actors import Actor, EvidenceRequired, GuardrailRefused, RepairInProgress
 from medic.control.intake import record_invalid_request, submit_repair
 from medic.control.intake_common import detector_alert_key, node_pools
@@ -57,9 +56,8 @@ TRUSTED = RepairPolicy(trusted_detectors=frozenset({"nvsentinel"}))
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlStore]:
+def store(tmp_path: Path) -> Iterator[SqlStore]:
     opened = create_store(f"sqlite:///{tmp_path / 'medic.db'}")
-    keep_trust(opened, monkeypatch)
     opened.put_repair_policy(C, TRUSTED)
     yield opened
     opened.close()

@@ -35,7 +35,6 @@ import httpx
 import pytest
 
 from api.auth_kit import bearer, grant
-from api.trust_kit import keep_trust
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.control.repairs import RepairEngine
@@ -236,7 +235,6 @@ def make_medic(
     slurm: SlurmEnv,
     tmp_path: Path,
     idle: None,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[MakeMedic]:
     """``make_medic(policy, **settings)``: medic on the cluster with a fresh SQLite store, the
     policy stored, and a first pass made (the kernel logs' history is skipped)."""
@@ -260,7 +258,6 @@ def make_medic(
         built.append(services)
         medic = Medic(services, slurm_cluster, slurm)
         medic.reboots_at_start = {n: _reboot_count(slurm_cluster, n) for n in slurm.nodes}
-        keep_trust(medic.store, monkeypatch)
         medic.store.put_repair_policy(CLUSTER, policy)
         medic.run()
         return medic

@@ -10,7 +10,6 @@ decision (a detector acting as one is a ``PolicyViolation``), audited as that pe
 from __future__ import annotations
 
 import enum
-import logging
 import math
 import re
 from dataclasses import replace
@@ -28,7 +27,6 @@ from medic.policy.xid_classes import XID_CLASSES
 
 __all__ = ["check_policy", "put_policy", "reset_breaker"]
 
-logger = logging.getLogger(__name__)
 
 RULE_MANUAL_POLICY = "manual-policy"
 RULE_MANUAL_RESET = "manual-breaker-reset"
@@ -99,18 +97,6 @@ def put_policy(
     before = store.get_repair_policy(cluster)
     store.put_repair_policy(cluster, policy)
     after = store.get_repair_policy(cluster)
-    dropped = [
-        n for n in RepairPolicy.__dataclass_fields__ if getattr(after, n) != getattr(policy, n)
-    ]
-    if dropped:
-        # An older store keeps only the fields it knows: the policy in force is what it kept.
-        logger.error(
-            "the store did not keep %s of the repair policy of %s (upgrade the store); in "
-            "force: %s",
-            ", ".join(dropped),
-            cluster,
-            {n: _plain(getattr(after, n)) for n in dropped},
-        )
     changed = {
         name: [_plain(getattr(before, name)), _plain(getattr(after, name))]
         for name in RepairPolicy.__dataclass_fields__

@@ -199,6 +199,8 @@ def _policy_json(policy: RepairPolicy) -> dict[str, Any]:
         },
         detector_cap_per_hour=int(policy.detector_cap_per_hour),
         validate_after=sorted(action.value for action in policy.validate_after),
+        trusted_detectors=sorted(policy.trusted_detectors),
+        trust_scheduler_requests=bool(policy.trust_scheduler_requests),
     )
     return document
 
@@ -220,6 +222,10 @@ def _policy(document: Mapping[str, Any]) -> RepairPolicy:
         fields["detector_cap_per_hour"] = int(document["detector_cap_per_hour"])
     if "validate_after" in document:
         fields["validate_after"] = frozenset(RepairAction(a) for a in document["validate_after"])
+    if "trusted_detectors" in document:
+        fields["trusted_detectors"] = frozenset(str(n) for n in document["trusted_detectors"])
+    if "trust_scheduler_requests" in document:
+        fields["trust_scheduler_requests"] = bool(document["trust_scheduler_requests"])
     return RepairPolicy(**fields)
 
 

@@ -7,17 +7,19 @@
   deadline, or every managed job's next checkpoint in ``checkpoint`` mode); the interrupted jobs
   are stored on the repair and each gets a ``repair-job-interrupted`` event saying why; each one
   still on the node is requeued held, the node excluded, and released;
-- **-> executing**: the boot id is stored, then ``NodeProvider.execute``. Only the engine that
-  made the move executes; its retry (after a transient error) skips the action when the boot id
-  changed meanwhile (a power cycle never hits a host that came back); an execution nobody
-  finishes within the longer of the rejoin and hook timeouts (plus a minute) fails; the action
-  and the validation suite run off the loop (:mod:`medic.control.steps`);
+- **-> executing**: the boot id is stored, then ``NodeProvider.execute`` off the loop, and an
+  action its engine left unfinished (killed, restarted) is finished from the step record and the
+  node: :mod:`medic.control.execution`;
 - **-> rejoining -> validating -> done / failed**: the return to service,
   :class:`medic.control.return_to_service.ReturnToService`.
 
 Every state change is a compare-and-set (``transition_repair``): when another engine moved the
-repair first, this one leaves it alone. Each change is audited (``repair-transition``) and each
-command before and after (``repair-step-started`` / ``-succeeded`` / ``-failed``).
+repair first, this one leaves it alone. The engine that moves a repair owns it: it holds a lease
+on it in the store, renewed every pass, and only the owner does the work of the cordoned,
+draining, executing and validating states; another engine takes a repair over once its lease
+ran out (:mod:`medic.control.leases`), within seconds of its engine stopping. Each change is
+audited (``repair-transition``) and each command before and after (``repair-step-started`` /
+``-succeeded`` / ``-failed``).
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ from typing import Any
 
 from medic.config.settings import RepairSettings
 from medic.control.evacuate import Evacuation
+from medic.control.execution import EXECUTE, Execution
+from medic.control.leases import Leases
 from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
 from medic.control.return_to_service import ReturnToService, foreign
 from medic.control.steps import Steps
 from medic.control.validation import VALIDATION_ALERT, Validator
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, Job, NodeState
-from medic.domain.ids import JobId, NodeName
+from medic.domain.ids import JobId
 from medic.domain.repairs import (
     AlertSource,
     AlertState,
@@ -56,19 +60,16 @@ __all__ = ["Lifecycle", "PassView"]
 
 logger = logging.getLogger(__name__)
 
-_TAKEOVER_SECONDS = 120.0
-"""A cordon or a drain its engine left unfinished this long is taken over by another engine."""
-
 S = RepairState
 _BUSY = frozenset({NodeState.DRAINING, NodeState.ALLOCATED, NodeState.MIXED})
-_POLLED = {"execute": S.EXECUTING, "validate": S.VALIDATING}
-"""The background steps and the state their repair is in while they run."""
 """A node in one of these states runs jobs, whether medic watches them or not."""
+_POLLED = {EXECUTE: S.EXECUTING, "validate": S.VALIDATING}
+"""The background steps and the state their repair is in while they run."""
 
 
 class Lifecycle:
-    """Carries approved repairs out (see the module docstring). Keeps in memory only what makes
-    one engine the owner of a step in flight (execution, validation, a requeue)."""
+    """Carries approved repairs out (see the module docstring). Who owns a repair is in the
+    store; in memory only the steps this engine runs (execution, validation, a requeue)."""
 
     def __init__(
         self,
@@ -90,8 +91,11 @@ class Lifecycle:
         self._cluster = scheduler.cluster
         self.steps = Steps(self.audit, clock)
         """Runs the commands; slow ones (the action, the validation suite) off the loop."""
-        self._owned: dict[int, RepairState] = {}
-        """The state this engine moved each repair into: only the owner acts in it."""
+        self.leases = Leases(store, clock, self.audit)
+        """The repairs this engine owns (their leases in the store)."""
+        self._execution = Execution(
+            self, trail=store, provider=provider, clock=clock, settings=settings
+        )
         self._back = ReturnToService(
             self,
             store=store,
@@ -108,7 +112,7 @@ class Lifecycle:
             S.CORDONED: self._cordoned,
             S.WAITING_FOR_IDLE: self._wait,
             S.DRAINING: self._drain,
-            S.EXECUTING: self._execute,
+            S.EXECUTING: self._execution.execute,
             S.REJOINING: self._back.rejoin,
             S.VALIDATING: self._back.validate,
         }
@@ -130,11 +134,17 @@ class Lifecycle:
         return repair
 
     def begin_pass(self, view: PassView) -> None:
-        """Before the pass's steps: a fresh settle budget, and the background steps whose
-        repair moved on without this engine abandoned (audited)."""
+        """Before the pass's steps: this engine's leases renewed, a fresh settle budget, and the
+        background steps whose repair moved on without this engine (or was taken over by
+        another one) abandoned (audited)."""
+        self.leases.renew(view.open_repairs)
         self.steps.begin_pass()
         states = {r.id: r.state for r in view.open_repairs}
-        self.steps.abandon(lambda repair_id, step: states.get(repair_id) is _POLLED.get(step))
+
+        def collected(repair_id: int, step: str) -> bool:
+            return states.get(repair_id) is _POLLED.get(step) and self.leases.holds(repair_id)
+
+        self.steps.abandon(collected)
 
     def sweep(self, view: PassView) -> None:
         """Lift medic's drains left behind by finished or cancelled repairs, releasing the jobs
@@ -153,7 +163,7 @@ class Lifecycle:
         **extra: Any,
     ) -> Repair | None:
         """Compare-and-set ``repair`` to ``new`` and audit it; None when another writer moved it
-        first (this engine then leaves it alone)."""
+        first (this engine then leaves it alone). The move makes this engine its owner."""
         now = self._now()
         if new is S.DONE or (new is S.FAILED and rule == "validation-failed"):
             # Before the move, so an engine that sees the repair finished sees its alerts cleared.
@@ -161,7 +171,8 @@ class Lifecycle:
             passed = {VALIDATION_ALERT} if rule == "validation-passed" else set()
             self._resolve(repair, keys | passed, new)
         try:
-            moved = self._store.transition_repair(repair.id, repair.state, new, now, update)
+            stamped = self.leases.stamp(update, now)
+            moved = self._store.transition_repair(repair.id, repair.state, new, now, stamped)
         except ConflictError as exc:
             logger.info("repair %s: %s", repair.id, exc)
             return None
@@ -174,17 +185,14 @@ class Lifecycle:
         if not new.is_terminal:
             view.open_repairs.append(moved)
         view.moved.append(moved)
-        self._owned[moved.id] = new
-        if new.is_terminal:
-            self._owned.pop(moved.id, None)
+        self.leases.moved(moved)
         return moved
 
-    def owns(self, repair: Repair, stale_after: float = _TAKEOVER_SECONDS) -> bool:
-        """True when this engine moved ``repair`` into its state (it does the state's work), or
-        nobody finished that work within ``stale_after`` seconds (its engine stopped)."""
-        if self._owned.get(repair.id) is repair.state:
-            return True
-        return (self._now() - repair.updated_at).total_seconds() > stale_after
+    def owns(self, repair: Repair, stale_after: float = 0.0) -> bool:
+        """True when this engine holds ``repair`` (it does its state's work), taking it over
+        when nobody's lease runs on it. ``stale_after`` is not used: a lease that ran out is
+        the only sign that an engine stopped."""
+        return self.leases.owns(repair)
 
     def fail(self, repair: Repair, view: PassView, rule: str, error: str) -> Repair | None:
         return self.move(repair, S.FAILED, view, rule, error, RepairUpdate(error=error[:1000]))
@@ -345,47 +353,13 @@ class Lifecycle:
                 return repair
             if not self._evacuation.move_off(repair, job, view.exclusions):
                 return repair  # the scheduler did not answer: next pass
-        boot_id = self._boot_id(node)
+        boot_id = self._execution.boot_id(node)
         why = f"jobs left {node}; boot id before: {boot_id or 'unknown'}"
-        return self.move(repair, S.EXECUTING, view, "drained", why, RepairUpdate(boot_id=boot_id))
-
-    def _boot_id(self, node: NodeName) -> str | None:
-        try:
-            return self._provider.boot_id(node)
-        except MedicError:
-            return None
-
-    def _execute(self, repair: Repair, view: PassView) -> Repair | None:
-        node, now = repair.node, self._now()
-        in_flight = self.steps.running(repair, "execute")
-        current = self._boot_id(node) if repair.boot_id is not None and not in_flight else None
-        if current is not None and current != repair.boot_id:
-            why = f"{node} booted since ({repair.boot_id} -> {current}): not executing again"
-            return self.move(repair, S.REJOINING, view, "boot-id-changed", why)
-        if self._owned.get(repair.id) is not S.EXECUTING:  # never taken over: fail instead
-            # the owner's hook may run up to its own timeout: only past both is it lost
-            patience = max(
-                self._settings.rejoin_timeout_seconds, self._settings.hook_timeout_seconds
-            )
-            if (now - repair.updated_at).total_seconds() <= patience + 60:
-                return repair  # another engine is executing it
-            return self.fail(repair, view, "execution-lost", "execution never finished")
-        finished = self.steps.poll(
-            repair,
-            "execute",
-            lambda: self._provider.execute(node, repair.action, repair.id),
-            boot_id=repair.boot_id,
-        )
-        if finished is None:
-            return repair  # an operator's hook still runs: the loop goes on meanwhile
-        try:
-            finished.result()
-        except PermanentError as exc:
-            return self.fail(repair, view, "execute-failed", str(exc))
-        except MedicError:
-            return repair  # the owner retries next pass (boot id checked first)
-        why = f"{repair.action.value} carried out on {node}; waiting for it to rejoin"
-        return self.move(repair, S.REJOINING, view, "executed", why)
+        update = RepairUpdate(boot_id=boot_id)
+        moved = self.move(repair, S.EXECUTING, view, "drained", why, update)
+        if moved is not None:
+            self._execution.entered(moved)
+        return moved
 
 
 def _request(repair: Repair) -> RepairRequest:

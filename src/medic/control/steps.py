@@ -15,14 +15,18 @@ without it (another replica took the repair over, or failed it) is abandoned at 
 A step's work must touch nothing the loop thread uses unsynchronised once that wait is over:
 hooks and validation commands only run processes.
 
-What runs lives only in this process: an engine that restarts mid-step finds the repair in its
-state with no owner, and the lifecycle's take-over rules decide (a power cycle is guarded by the
-boot id, a validation is run again after its patience). Threads are daemons so that stopping
-medic never waits for an operator's hook.
+What runs lives only in this process; what was asked for is durable. ``repair-step-started`` is
+in the trail before a command is issued and its outcome after, so an engine that takes a repair
+over (its engine stopped mid-step, :mod:`medic.control.leases`) reads the step back with
+:func:`read_record`: never started, started with no outcome (in doubt: the engine stopped, or
+abandoned it), succeeded, failed, or refused for good. :mod:`medic.control.execution` decides
+from that and the node. Threads are daemons so that stopping medic never waits for an
+operator's hook.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
@@ -31,15 +35,48 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from medic.domain.audit import AuditKind
+from medic.domain.audit import AuditKind, SubjectType
 from medic.domain.repairs import Repair
 from medic.errors import MedicError, PermanentError
+from medic.ports import AuditQuery
 
-__all__ = ["Audit", "Steps"]
+__all__ = ["RECOVERED", "Audit", "StepOutcome", "StepRecord", "Steps", "read_record"]
 
 T = TypeVar("T")
 Audit = Callable[[AuditKind, Repair, dict[str, Any], datetime], None]
 """Appends one repair event: (kind, repair, payload, time)."""
+RECOVERED = "recovered"
+"""Payload key of a step issued again by an engine that found it in doubt (why, in words)."""
+_ABANDONED = "abandoned"
+_PAGE = 500
+_STEP_KINDS = frozenset(
+    {AuditKind.REPAIR_STEP_STARTED, AuditKind.REPAIR_STEP_SUCCEEDED, AuditKind.REPAIR_STEP_FAILED}
+)
+
+
+class StepOutcome(enum.StrEnum):
+    """What the audit trail says of a repair's last run of one step."""
+
+    NOT_STARTED = "not-started"
+    """No ``repair-step-started``: the command was never issued."""
+    IN_DOUBT = "in-doubt"
+    """Started with no outcome (or abandoned by an engine that lost the repair): it may have run."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """A transient error: it may be issued again."""
+    REFUSED = "refused"
+    """A permanent error: issuing it again would fail the same way."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    outcome: StepOutcome
+    started_at: datetime | None = None
+    """When the last run was started."""
+    error: str | None = None
+    """The last run's error (failed, refused)."""
+    recoveries: int = 0
+    """Runs issued again by an engine that found the step in doubt (:data:`RECOVERED`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +110,7 @@ class Steps:
             if not keep(*key):
                 del self._running[key]
                 payload = {**running.payload, "error": "abandoned: the repair moved on"}
-                payload["permanent"] = False
+                payload |= {"permanent": False, _ABANDONED: True}
                 self._audit(AuditKind.REPAIR_STEP_FAILED, running.repair, payload, self._now())
 
     def now(self, repair: Repair, step: str, work: Callable[[], T], **detail: Any) -> T:
@@ -143,3 +180,43 @@ def _run_into(future: Future[T], work: Callable[[], T]) -> None:
         future.set_result(work())
     except BaseException as exc:  # handed to whoever collects the step, re-raised there
         future.set_exception(exc)
+
+
+def read_record(trail: AuditQuery, repair: Repair, step: str) -> StepRecord:
+    """The last run of ``step`` of ``repair`` as the audit trail has it (see :class:`StepOutcome`):
+    the node's step events since the repair was created, oldest first."""
+    record = StepRecord(StepOutcome.NOT_STARTED)
+    recoveries = 0
+    after: int | None = None
+    while True:
+        page = trail.query_audit(
+            cluster=repair.cluster,
+            subject_type=SubjectType.NODE.value,
+            subject_id=str(repair.node),
+            since=repair.created_at,
+            after_id=after,
+            limit=_PAGE,
+        )
+        for event in page:
+            payload = event.payload
+            if (
+                event.kind not in _STEP_KINDS
+                or payload.get("repair_id") != repair.id
+                or payload.get("step") != step
+            ):
+                continue
+            if event.kind is AuditKind.REPAIR_STEP_STARTED:
+                recoveries += RECOVERED in payload
+                record = StepRecord(StepOutcome.IN_DOUBT, event.time)
+                continue
+            if payload.get(_ABANDONED):
+                continue  # its engine stopped collecting it: the step may still have run
+            if event.kind is AuditKind.REPAIR_STEP_SUCCEEDED:
+                outcome = StepOutcome.SUCCEEDED
+            else:
+                outcome = StepOutcome.REFUSED if payload.get("permanent") else StepOutcome.FAILED
+            error = payload.get("error")
+            record = StepRecord(outcome, record.started_at, str(error) if error else None)
+        if len(page) < _PAGE:
+            return StepRecord(record.outcome, record.started_at, record.error, recoveries)
+        after = page[-1].id

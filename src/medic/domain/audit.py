@@ -49,6 +49,8 @@ class AuditKind(enum.StrEnum):
     REPAIR_STEP_STARTED = "repair-step-started"
     REPAIR_STEP_SUCCEEDED = "repair-step-succeeded"
     REPAIR_STEP_FAILED = "repair-step-failed"
+    REPAIR_TAKEN_OVER = "repair-taken-over"
+    REPAIR_RECOVERED = "repair-recovered"
     REPAIR_JOB_INTERRUPTED = "repair-job-interrupted"
     REPAIR_VALIDATION = "repair-validation"
     BREAKER_TRIPPED = "breaker-tripped"

@@ -14,7 +14,8 @@ const KINDS = [
   "repair-approved", "repair-rejected", "repair-cancelled", "repair-action-changed",
   "repair-policy-changed", "breaker-reset", "alert-firing", "alert-resolved",
   "repair-recommended", "repair-skipped", "repair-transition", "repair-step-started",
-  "repair-step-succeeded", "repair-step-failed", "repair-job-interrupted", "repair-validation",
+  "repair-step-succeeded", "repair-step-failed", "repair-taken-over", "repair-recovered",
+  "repair-job-interrupted", "repair-validation",
   "breaker-tripped", "access-denied", "token-created", "token-revoked", "session-started",
   "session-ended", "mode-changed",
 ];

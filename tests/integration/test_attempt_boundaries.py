@@ -69,8 +69,9 @@ class Rig:
         self.h.clock.advance(0.2)
 
     def attempts_of(self, signature: str) -> list[int]:
+        """The attempt of each line of ``signature`` (identical lines share a row, counted)."""
         return [d.attempt for d in self.h.store.list_detections(CLUSTER, JOB)
-                if d.signature_id == signature]  # fmt: skip
+                if d.signature_id == signature for _ in range(d.count)]  # fmt: skip
 
 
 def test_teardown_of_a_requeued_attempt_is_its_own_and_never_fails_the_next(

@@ -125,3 +125,27 @@ def test_an_over_long_integer_outside_medic_options_leaves_the_job_watched(
     assert h.audit(job, AuditKind.JOB_OPTIONS_INVALID) == []
     assert h.audit(job, AuditKind.LOOP_ERROR) == []
     assert h.store.list_attempts(CLUSTER, JobId(job))[0].progress.last_step is not None, "watched"
+
+
+# --- 6. repeated evidence ------------------------------------------------------------------------
+def test_identical_lines_are_counted_not_stored_once_per_line(harness: Harness) -> None:
+    h = harness
+    # The 100,000 on SQLite; the servers run the same upsert on fewer, for time.
+    repeats = 100_000 if h.store.url.startswith("sqlite") else 10_000
+    job = h.submit("spam")
+    h.run(WARM_UP)
+    node = h.job(job).nodes[-1]
+    line = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    for _ in range(2):  # within a pass and across passes
+        now = h.clock.now()
+        _add(h, *(LogLine(LogStream.JOB, line, now, node, job) for _ in range(repeats // 2)))
+        h.run(0.2)
+    h.run(3.0)
+
+    [oom] = [d for d in h.detections(job) if d.signature_id == "cuda.oom"]
+    assert oom.count == repeats
+    assert oom.last_seen is not None and oom.last_seen > oom.time
+    assert len(h.detections(job)) < 10, "one row per distinct detection, not per line"
+    assert all(r.errors == 0 for r in h.reports)
+    [verdict] = h.verdicts(job)
+    assert verdict.root_signature == "cuda.oom", "attribution reads the counted evidence as before"

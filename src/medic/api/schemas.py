@@ -180,6 +180,8 @@ class DetectionOut(BaseModel):
     implicates_node: bool
     text: str
     fields: dict[str, str]
+    count: int = Field(1, description="Identical lines this one stands for (the first is shown)")
+    last_seen: datetime | None = None
 
     @classmethod
     def of(cls, d: Detection) -> DetectionOut:
@@ -196,6 +198,8 @@ class DetectionOut(BaseModel):
             implicates_node=d.implicates_node,
             text=d.text,
             fields=dict(d.fields),
+            count=d.count,
+            last_seen=d.last_seen,
         )
 
 

@@ -64,7 +64,9 @@ class Detection:
     """One signature hit (or derived finding such as a hang) in one job's attempt.
 
     ``node`` is the node that emitted the line; it is evidence against that node only when
-    ``implicates_node`` is True (the signature's ``implicates: emitter``).
+    ``implicates_node`` is True (the signature's ``implicates: emitter``). The store keeps one
+    row for identical detections (same job, attempt, signature, node, rank and fields): the
+    first line as evidence, ``count`` lines in all, the last seen at ``last_seen``.
     """
 
     job_id: JobId | None
@@ -81,6 +83,10 @@ class Detection:
     text: str = ""
     fields: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     seq: int = 0
+    count: int = field(default=1, compare=False)
+    """How many identical lines this detection stands for (1: only itself)."""
+    last_seen: datetime | None = field(default=None, compare=False)
+    """When the last of them was seen (None: when this one was, ``time``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,11 +99,13 @@ class Database:
         keys: Sequence[str],
         update: Sequence[str],
         keep_first: Sequence[str] = (),
+        add: Sequence[str] = (),
     ) -> sa.Executable:
         """INSERT that updates the ``update`` columns when a row with the same ``keys`` exists.
 
-        Columns in ``keep_first`` keep their stored value unless it is NULL. Execute the result
-        with a list of parameter dicts for a bulk upsert.
+        Columns in ``keep_first`` keep their stored value unless it is NULL; columns in ``add``
+        get the new value added to the stored one (a count). Execute the result with a list of
+        parameter dicts for a bulk upsert.
         """
         if self.is_mysql:
             my = mysql.insert(table)
@@ -111,6 +113,8 @@ class Database:
             my_set: dict[str, Any] = {name: my.inserted[name] for name in update}
             for name in keep_first:
                 my_set[name] = sa.func.coalesce(table.c[name], my.inserted[name])
+            for name in add:
+                my_set[name] = table.c[name] + my.inserted[name]
             if not my_set:
                 # MySQL has no "DO NOTHING"; assigning a key to itself is the usual no-op.
                 my_set[keys[0]] = table.c[keys[0]]
@@ -121,6 +125,8 @@ class Database:
         set_: dict[str, Any] = dict(new_values)
         for name in keep_first:
             set_[name] = sa.func.coalesce(table.c[name], stmt.excluded[name])
+        for name in add:
+            set_[name] = table.c[name] + stmt.excluded[name]
         if not set_:
             return stmt.on_conflict_do_nothing(index_elements=list(keys))
         return stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)

@@ -1,12 +1,20 @@
 """Diagnosis part of the SQL store: detections and verdicts.
 
+Repeated evidence is counted, not stored once per line: 100,000 identical matching lines were
+100,000 rows for one attempt. Identical detections (same job, attempt, signature, node, rank and
+fields) share one row, within a write and across writes (the row's ``dedupe_key``, unique per
+cluster): the first line stays as the evidence, ``count`` adds up, ``last_seen`` moves on. Rows
+written before revision 0006 have no key and stay as they were.
+
 A verdict keeps its evidence (the detections it was based on) as a JSON copy rather than as
 references, so the verdict reads the same even if detection rows are later pruned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,8 +32,31 @@ __all__ = ["add_detections", "add_verdict", "list_detections", "list_verdicts"]
 def add_detections(db: Database, cluster: ClusterName, found: Sequence[Detection]) -> None:
     if not found:
         return
-    rows = [{"cluster": cluster, **_detection_dict(d)} for d in found]
-    db.write(lambda conn: conn.execute(sa.insert(detections), rows))
+    rows = _counted_rows(cluster, found)
+    stmt = db.upsert(
+        detections, keys=("cluster", "dedupe_key"), update=("last_seen",), add=("count",)
+    )
+    db.write(lambda conn: conn.execute(stmt, rows))
+
+
+def _counted_rows(cluster: ClusterName, found: Sequence[Detection]) -> list[dict[str, Any]]:
+    """One row per distinct detection, in the order of first appearance, with its count."""
+    rows: dict[Hashable, dict[str, Any]] = {}
+    for d in found:
+        key = (d.job_id, d.attempt, d.signature_id, d.node, d.rank, tuple(sorted(d.fields.items())))
+        seen = d.last_seen or d.time
+        row = rows.get(key)
+        if row is None:
+            rows[key] = {"cluster": cluster, **_detection_dict(d), "dedupe_key": _digest(key)}
+        else:
+            row["count"] += d.count
+            row["last_seen"] = max(row["last_seen"], seen)
+    return list(rows.values())
+
+
+def _digest(key: Hashable) -> str:
+    # A fixed-size key for the unique index, whatever the fields hold.
+    return hashlib.sha256(json.dumps(key, ensure_ascii=True).encode()).hexdigest()
 
 
 def list_detections(
@@ -91,14 +122,25 @@ def _detection_dict(d: Detection) -> dict[str, Any]:
         "text": d.text,
         "fields": dict(d.fields),
         "seq": d.seq,
+        "count": d.count,
+        "last_seen": d.last_seen or d.time,
     }
+
+
+def _iso(when: datetime) -> str:
+    return (when.astimezone(UTC) if when.tzinfo else when).isoformat()
 
 
 def _evidence_json(d: Detection) -> dict[str, Any]:
     data = _detection_dict(d)
     # Evidence is a JSON document, so its times are ISO text (UTC, like the columns).
-    data["time"] = (d.time.astimezone(UTC) if d.time.tzinfo else d.time).isoformat()
+    data["time"] = _iso(d.time)
+    data["last_seen"] = _iso(data["last_seen"])
     return data
+
+
+def _when(value: datetime | str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def _detection(data: dict[str, Any]) -> Detection:
@@ -118,6 +160,9 @@ def _detection(data: dict[str, Any]) -> Detection:
         text=data["text"],
         fields=dict(data["fields"]),
         seq=data["seq"],
+        # Evidence copied into a verdict before revision 0006, and old rows, hold one line each.
+        count=data.get("count") or 1,
+        last_seen=_when(data.get("last_seen")),
     )
 
 

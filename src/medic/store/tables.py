@@ -146,7 +146,14 @@ detections = sa.Table(
     sa.Column("text", LongText(), nullable=False),
     sa.Column("fields", JsonText(), nullable=False),
     sa.Column("seq", sa.BigInteger(), nullable=False),
+    # Identical detections (same job, attempt, signature, node, rank and fields) share one row:
+    # the first line is the evidence, ``count`` how many there were, ``last_seen`` when the last
+    # was. ``dedupe_key`` is their digest; NULL on rows from before revision 0006.
+    sa.Column("count", sa.BigInteger(), nullable=False),
+    sa.Column("last_seen", UtcDateTime(), nullable=False),
+    sa.Column("dedupe_key", sa.String(64), nullable=True),
     sa.Index(None, "cluster", "job_id", "attempt"),
+    sa.UniqueConstraint("cluster", "dedupe_key"),
     **MYSQL_TABLE_ARGS,
 )
 

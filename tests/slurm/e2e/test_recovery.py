@@ -168,7 +168,7 @@ def assert_requeued(medic: Medic, job: TrainingJob, *, excluded: str | None) -> 
 def test_xid79_requeues_without_the_node_and_resumes_from_the_checkpoint(
     cluster: LocalSlurm, jobs: Jobs, medic_factory: MedicFactory, trainer: Trainer
 ) -> None:
-    medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S})
+    medic = medic_factory(**{"detect.hang_floor_seconds": HANG_FLOOR_S, "scheduler.mode": "act"})
     job = start_training(jobs, "xid79", ACT, trainer)
     fault = time.time()
     xid79_and_kill(cluster, job)
@@ -183,6 +183,12 @@ def test_xid79_requeues_without_the_node_and_resumes_from_the_checkpoint(
     assert verdict.implicated_nodes == {VICTIM}
     assert_requeued(medic, job, excluded=VICTIM)
     assert_one_requeue(job, avoid=VICTIM)
+    # the cluster in act mode: the node left the pool at once (drained by medic, its repair still
+    # waiting for a person), drained exactly once
+    node = cluster.env.run("scontrol", "show", "node", VICTIM).stdout
+    assert "DRAIN" in node and "Reason=medic: cordon alert" in node, node
+    drains = [a for a in medic.mutating() if f"NodeName={VICTIM}" in a and "State=DRAIN" in a]
+    assert len(drains) == 1, medic.mutating()
 
 
 def test_a_kernel_line_read_after_the_run_ended_still_excludes_the_node(

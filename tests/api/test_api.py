@@ -245,6 +245,20 @@ def test_nodes_are_listed_with_their_state(scenario: Scenario, client: TestClien
     assert cordoned == {scenario.acted.node, scenario.observed.node}
     assert all(states[node] == "allocated" for node in running - cordoned)
     assert all(states[node] == "draining" for node in running & cordoned)
+    # one health for every reader: the repair engine's, as the API lists it and counts it
+    engine = scenario.services.repairs
+    assert engine is not None
+    health = {n["name"]: n["health"] for n in nodes}
+    assert {n: h for n, h in health.items() if h != "healthy"} == {
+        n: h.value for n, h in engine.health().items()
+    }
+    assert health[scenario.acted.node] == health[scenario.observed.node] == "degraded"
+    assert all(n["health_since"] for n in nodes if n["health"] != "healthy")
+    (cluster,) = [c for c in client.get("/api/v1/clusters").json() if c["name"] == "sim"]
+    counted: dict[str, int] = {}
+    for h in health.values():
+        counted[h] = counted.get(h, 0) + 1
+    assert cluster["nodes"]["by_health"] == dict(sorted(counted.items()))
 
 
 def test_advice_feed_all_versus_active(scenario: Scenario, client: TestClient) -> None:

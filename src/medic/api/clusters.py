@@ -40,14 +40,12 @@ from medic.api.schemas_clusters import (
 )
 from medic.api.schemas_repairs import BreakerOut
 from medic.control.services import Services
-from medic.control.validation import validation_failed_nodes
 from medic.domain.attempts import Attempt
 from medic.domain.cluster import Job, Node
-from medic.domain.ids import ClusterName, JobId, NodeName
-from medic.domain.repairs import Alert, AlertState, Repair
+from medic.domain.ids import ClusterName, JobId
+from medic.domain.repairs import NodeHealth, NodeHealthEntry
 from medic.errors import NotFoundError
 from medic.measure import Goodput, Interval, goodput, goodput_series, intervals
-from medic.policy.waiting import node_health
 from medic.ports import ModeStore, RepairStore, Store
 
 __all__ = ["router"]
@@ -171,21 +169,10 @@ def _repair_store(services: Services) -> RepairStore | None:
     return cast(RepairStore, store) if callable(getattr(store, "list_repairs", None)) else None
 
 
-def _health(
-    nodes: Sequence[Node], alerts: Sequence[Alert], repairs: Sequence[Repair]
-) -> Counter[str]:
-    """Nodes by health, as the repair engine computes it (``medic.policy.waiting.node_health``)."""
-    firing: dict[NodeName, list[Alert]] = defaultdict(list)
-    for a in alerts:
-        if a.state is AlertState.FIRING:
-            firing[a.node].append(a)
-    by_node: dict[NodeName, list[Repair]] = defaultdict(list)
-    for r in repairs:
-        by_node[r.node].append(r)
-    failed = validation_failed_nodes(repairs)
-    return Counter(
-        node_health(firing[n.name], by_node[n.name], n.name in failed).value for n in nodes
-    )
+def _health(nodes: Sequence[Node], stored: Sequence[NodeHealthEntry]) -> Counter[str]:
+    """Nodes by health, from the read model the repair engine keeps (no entry: healthy)."""
+    health = {e.node: e.health for e in stored}
+    return Counter(health.get(n.name, NodeHealth.HEALTHY).value for n in nodes)
 
 
 def _cluster(
@@ -195,11 +182,10 @@ def _cluster(
     nodes = store.list_nodes(name)
     jobs = [j for j in all_jobs if j.cluster == name]
     repair_store = _repair_store(services)
-    alerts: list[Alert] = []
-    repairs: list[Repair] = []
+    health: list[NodeHealthEntry] = []
     breaker = counts = None
     if repair_store is not None:
-        alerts = repair_store.list_alerts(cluster=name, state=AlertState.FIRING)
+        health = repair_store.list_node_health(name)
         repairs = repair_store.list_repairs(cluster=name)
         breaker = BreakerOut.of(repair_store.get_breaker(name))
         open_repairs = [r for r in repairs if not r.state.is_terminal]
@@ -218,7 +204,7 @@ def _cluster(
         nodes=NodeCountsOut(
             total=len(nodes),
             by_state=_counts(n.state for n in nodes),
-            by_health=dict(sorted(_health(nodes, alerts, repairs).items())),
+            by_health=dict(sorted(_health(nodes, health).items())),
         ),
         jobs=JobCountsOut(total=len(jobs), by_state=_counts(j.state for j in jobs)),
         modes=modes,

@@ -7,6 +7,7 @@ so the wire format only changes on purpose.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -19,6 +20,9 @@ from medic.domain.attempts import Attempt
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, Mode, Node
 from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.ids import ClusterName
+from medic.domain.repairs import NodeHealth, NodeHealthEntry
+from medic.ports import Store
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -61,9 +65,15 @@ class NodeOut(BaseModel):
     partitions: list[str]
     gpus: int
     reason: str | None
+    health: NodeHealth
+    """medic's node health, as the repair engine last computed it (one read model for the API,
+    the CLI and the console): healthy, degraded (an alert firing), under_repair,
+    out_of_service."""
+    health_since: datetime | None
+    """When the node entered that health (None: healthy)."""
 
     @classmethod
-    def of(cls, cluster: str, node: Node) -> NodeOut:
+    def of(cls, cluster: str, node: Node, health: NodeHealthEntry | None = None) -> NodeOut:
         return cls(
             cluster=cluster,
             name=node.name,
@@ -71,7 +81,18 @@ class NodeOut(BaseModel):
             partitions=list(node.partitions),
             gpus=node.gpus,
             reason=node.reason,
+            health=health.health if health else NodeHealth.HEALTHY,
+            health_since=health.since if health else None,
         )
+
+    @classmethod
+    def listing(cls, store: Store, cluster: ClusterName) -> list[NodeOut]:
+        """The cluster's nodes with their health from the store's read model (every node
+        healthy in a store without one)."""
+        read = getattr(store, "list_node_health", None)
+        health: Sequence[NodeHealthEntry] = read(cluster) if callable(read) else ()
+        by_node = {e.node: e for e in health}
+        return [cls.of(cluster, n, by_node.get(n.name)) for n in store.list_nodes(cluster)]
 
 
 class AdviceOut(BaseModel):

@@ -21,6 +21,7 @@ from medic.api.schemas import (
 from medic.cli.common import emit, settings_of
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, JobId
+from medic.domain.repairs import NodeHealth
 from medic.wiring import open_store
 
 __all__ = ["parse_since", "register"]
@@ -66,15 +67,20 @@ def register(app: typer.Typer) -> None:
         emit(rows, columns=[*cols, "advice_action", "advice_status"], title="Jobs", as_json=as_json)
 
     @app.command()
-    def nodes(ctx: typer.Context, cluster: ClusterOpt = None, as_json: JsonOpt = False) -> None:
-        """Nodes and their scheduler state."""
+    def nodes(
+        ctx: typer.Context,
+        cluster: ClusterOpt = None,
+        health: Annotated[
+            NodeHealth | None, typer.Option("--health", help="Only nodes in this health.")
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Nodes: their scheduler state and medic's health of them."""
         settings = settings_of(ctx)
-        name = cluster or settings.scheduler.cluster
-        store = open_store(settings)
-        rows = [
-            NodeOut.of(name, n).model_dump(mode="json") for n in store.list_nodes(ClusterName(name))
-        ]
-        cols = ["cluster", "name", "state", "partitions", "gpus", "reason"]
+        name = ClusterName(cluster or settings.scheduler.cluster)
+        found = NodeOut.listing(open_store(settings), name)
+        rows = [n.model_dump(mode="json") for n in found if health is None or n.health is health]
+        cols = ["cluster", "name", "state", "health", "partitions", "gpus", "reason"]
         emit(rows, columns=cols, title="Nodes", as_json=as_json)
 
     @app.command()

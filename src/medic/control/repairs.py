@@ -18,7 +18,8 @@ triggered: any pass can be rerun, and several engines can share one store. Each 
 4. **lifecycle** (:class:`~medic.control.lifecycle.Lifecycle`) of every approved repair;
 5. **cordons** (:mod:`medic.control.cordon`): in act mode a node with a critical alert is drained
    at once, whatever its repair's approval, and returned when no such alert fires;
-6. **node health** and the nodes job recovery must avoid (:meth:`placement_exclusions`); the
+6. **node health**, written to the store's read model when it changes (the one the API, CLI and
+   console show), and the nodes job recovery must avoid (:meth:`placement_exclusions`); the
    exclusions medic added to jobs for a node that came back are taken off
    (:mod:`medic.control.exclusions`).
 
@@ -147,6 +148,8 @@ class RepairEngine:
         self._read_until: datetime | None = None
         self._exclusions: frozenset[NodeName] = frozenset()
         self._health: dict[NodeName, NodeHealth] = {}
+        self._written: dict[NodeName, NodeHealth] | None = None
+        """The node health last written to the store's read model (None: not yet)."""
 
     # ------------------------------------------------------------------ public
     def placement_exclusions(self) -> frozenset[NodeName]:
@@ -261,5 +264,8 @@ class RepairEngine:
             if state is not NodeHealth.HEALTHY:
                 health[node] = state
         self._health = health
+        if health != self._written:  # the read model the API, CLI and console show
+            self._store.put_node_health(self._cluster, health, self._clock.now())
+            self._written = dict(health)
         alerts = [a for alerts in firing.values() for a in alerts]
         self._exclusions = job_placement_exclusions(health, critical_alert_nodes(alerts))

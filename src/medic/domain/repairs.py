@@ -25,6 +25,7 @@ __all__ = [
     "AlertState",
     "Breaker",
     "NodeHealth",
+    "NodeHealthEntry",
     "Repair",
     "RepairAction",
     "RepairPolicy",
@@ -145,6 +146,18 @@ class NodeHealth(enum.StrEnum):
     UNDER_REPAIR = "under_repair"
     OUT_OF_SERVICE = "out_of_service"
     """Failed revalidation or removed: stays out until repaired and revalidated."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealthEntry:
+    """A node that is not healthy, in the read model the repair engine keeps (no entry:
+    healthy)."""
+
+    cluster: ClusterName
+    node: NodeName
+    health: NodeHealth
+    since: datetime
+    """When it entered this health (as the engine saw it)."""
 
 
 class WaitMode(enum.StrEnum):

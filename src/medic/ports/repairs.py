@@ -6,6 +6,7 @@ Part of :mod:`medic.ports` (see its docstring); import the ports from there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -16,6 +17,8 @@ from medic.domain.repairs import (
     Alert,
     AlertState,
     Breaker,
+    NodeHealth,
+    NodeHealthEntry,
     Repair,
     RepairPolicy,
     RepairRequest,
@@ -43,6 +46,17 @@ class RepairStore(Protocol):
     def resolve_alert(self, alert_id: int, now: datetime) -> Alert: ...
 
     def get_alert(self, alert_id: int) -> Alert | None: ...
+
+    def put_node_health(
+        self, cluster: ClusterName, health: Mapping[NodeName, NodeHealth], now: datetime
+    ) -> None:
+        """Make the cluster's stored node health ``health`` (healthy nodes need no entry); an
+        entry whose health did not change keeps its ``since``."""
+        ...
+
+    def list_node_health(self, cluster: ClusterName | None = None) -> list[NodeHealthEntry]:
+        """The nodes that are not healthy, as the repair engine last wrote them."""
+        ...
 
     def list_alerts(
         self,

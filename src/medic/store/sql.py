@@ -13,7 +13,7 @@ own pooled connection and transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy.engine import Engine
@@ -31,6 +31,8 @@ from medic.domain.repairs import (
     Alert,
     AlertState,
     Breaker,
+    NodeHealth,
+    NodeHealthEntry,
     Repair,
     RepairPolicy,
     RepairRequest,
@@ -42,6 +44,7 @@ from medic.store import (
     sql_advice,
     sql_audit,
     sql_diagnosis,
+    sql_health,
     sql_repair_state,
     sql_repairs,
     sql_tokens,
@@ -221,6 +224,14 @@ class SqlStore:
 
     def get_alert(self, alert_id: int) -> Alert | None:
         return sql_repair_state.get_alert(self._db, alert_id)
+
+    def put_node_health(
+        self, cluster: ClusterName, health: Mapping[NodeName, NodeHealth], now: datetime
+    ) -> None:
+        sql_health.put_node_health(self._db, cluster, health, now)
+
+    def list_node_health(self, cluster: ClusterName | None = None) -> list[NodeHealthEntry]:
+        return sql_health.list_node_health(self._db, cluster)
 
     def list_alerts(
         self,

@@ -32,6 +32,7 @@ __all__ = [
     "jobs",
     "metadata",
     "modes",
+    "node_health",
     "nodes",
     "repair_policies",
     "repairs",
@@ -330,6 +331,18 @@ breakers = sa.Table(
     sa.Column("reason", LongText(), nullable=True),
     sa.Column("reset_by", sa.String(NAME), nullable=True),
     sa.Column("reset_at", UtcDateTime(), nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+node_health = sa.Table(
+    # The read model of node health, written by the repair engine each pass it changes: one row
+    # per node that is not healthy (no row: healthy), with when it entered that health.
+    "node_health",
+    metadata,
+    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
+    sa.Column("node", sa.String(NAME), primary_key=True),
+    sa.Column("health", sa.String(SHORT), nullable=False),
+    sa.Column("since", UtcDateTime(), nullable=False),
     **MYSQL_TABLE_ARGS,
 )
 

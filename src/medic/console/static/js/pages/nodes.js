@@ -21,7 +21,7 @@ function nodeCard(node, health, alerts, repair) {
 
 function grid({ nodes, alerts, repairs }, healthFilter) {
   const rows = nodes
-    .map((node) => ({ node, health: nodeHealth(node, alerts, repairs) }))
+    .map((node) => ({ node, health: nodeHealth(node) }))
     .filter((r) => !healthFilter || r.health === healthFilter)
     .sort(
       (a, b) =>

@@ -84,7 +84,7 @@ function summary({ jobs, nodes, alerts, repairs, breaker }) {
   const running = jobs.filter((j) => j.state === "running").length;
   const share = jobs.length ? Math.round((100 * running) / jobs.length) : 0;
   const advised = jobs.filter((j) => j.advice && j.advice.active).length;
-  const health = countBy(nodes, (n) => nodeHealth(n, alerts, repairs));
+  const health = countBy(nodes, (n) => nodeHealth(n));
   const open = repairs.filter(isOpenRepair);
   const pending = open.filter((r) => r.state === "pending_approval").length;
   const active = open.filter(isActiveRepair).length;

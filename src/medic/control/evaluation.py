@@ -32,7 +32,6 @@ from medic.attribute.blame import attribute, fan_out_kernel, node_failures
 from medic.config.settings import Settings
 from medic.control import records
 from medic.control.external import SecondOpinion
-from medic.control.job_comment import job_options
 from medic.control.job_modes import JobModes
 from medic.control.watch import JobWatch
 from medic.domain.advice import AdviceAction, AdviceRequest
@@ -41,6 +40,7 @@ from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.errors import InputError
+from medic.policy.options import parse_job_options
 from medic.policy.recovery import decide, effective_mode
 from medic.ports import Clock, Metrics, Store
 
@@ -145,7 +145,7 @@ class JobEvaluator:
         watch = self._watches.get(job.id)
         if watch is None:
             try:
-                options = job_options(job.comment)
+                options = parse_job_options(job.comment)
             except InputError as exc:
                 if self._invalid_options.get(job.id, "") != job.comment:
                     self._invalid_options[job.id] = job.comment

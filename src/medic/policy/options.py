@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,10 +104,49 @@ def _parse_max_attempts(value: Any) -> int:
     return value
 
 
+class _TooLong:
+    """An integer longer than Python converts (``sys.get_int_max_str_digits()``, 4300 digits by
+    default), where the comment holds it: ``int()`` would raise a plain ``ValueError``."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _bounded_int(text: str) -> int | _TooLong:
+    digits = len(text.lstrip("-"))
+    limit = sys.get_int_max_str_digits() or sys.maxsize
+    return _TooLong(digits) if digits > limit else int(text)
+
+
+def _too_long(value: Any, path: str) -> None:
+    """Raise the ``InputError`` of an over-long integer under ``value``, naming its option (a
+    loop, not recursion: the document may be nested as deep as the JSON parser goes)."""
+    pending: list[tuple[str, Any]] = [(path, value)]
+    while pending:
+        where, item = pending.pop()
+        if isinstance(item, _TooLong):
+            expected = {
+                "medic": f"an object such as {_EXAMPLE}",
+                "medic.max_attempts_without_progress": (
+                    f"an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
+                ),
+            }.get(where, f"one of its values (the options are {', '.join(_OPTIONS)})")
+            raise InputError(
+                _WHERE,
+                f"{where}: expected {expected}, got an integer of {item.digits} digits;"
+                " write a small number",
+            )
+        if isinstance(item, dict):
+            pending.extend((f"{where}.{key}", child) for key, child in reversed(item.items()))
+        elif isinstance(item, list):
+            pending.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+
+
 def _load(comment: str) -> Any:
-    """The comment as JSON; None when it is not JSON and not meant for medic."""
+    """The comment as JSON; None when it is not JSON and not meant for medic. An over-long
+    integer is read as a :class:`_TooLong` (outside medic's section it is the owner's)."""
     try:
-        return json.loads(comment, object_pairs_hook=_reject_duplicates)
+        return json.loads(comment, object_pairs_hook=_reject_duplicates, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         stripped = comment.lstrip()
         # Plain text is the owner's; text that opens like JSON and mentions medic was meant for us.
@@ -127,7 +167,7 @@ def parse_job_options(comment: str | None) -> JobOptions:
 
     Raises ``InputError`` (``where`` = ``job comment``) when the comment is meant for medic but
     invalid: broken JSON mentioning medic, a ``"medic"`` value that is not an object, an unknown
-    key, a wrong type or an out-of-range value.
+    key, a wrong type, an out-of-range value or an integer too long to convert.
     """
     if comment is None or not comment.strip():
         return JobOptions()
@@ -137,6 +177,7 @@ def parse_job_options(comment: str | None) -> JobOptions:
     section = document["medic"]
     if section is None:
         return JobOptions()
+    _too_long(section, "medic")
     if not isinstance(section, dict):
         raise InputError(
             _WHERE, f"medic: expected an object such as {_EXAMPLE}, got {_show(section)}"

@@ -411,6 +411,9 @@ def test_boot_id_is_the_boot_time() -> None:
         ("", False),
         (None, False),
         ("[1]", False),
+        # a number too long to convert does not hide an opted-in job (its options are reported)
+        ('{"medic": {"max_attempts_without_progress": ' + "9" * 5000 + "}}", True),
+        ("[" * 100_000, False),  # nested deeper than the parser goes
     ],
 )
 def test_is_opted_in(comment: str | None, opted: bool) -> None:

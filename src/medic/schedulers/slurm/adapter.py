@@ -92,10 +92,12 @@ def _medic_reason(reason: str) -> str:
 
 
 def is_opted_in(comment: str | None) -> bool:
-    """True when the job comment is a JSON object with a ``"medic"`` key."""
+    """True when the job comment is a JSON object with a ``"medic"`` key (its numbers are not
+    converted: one too long to convert must not hide an opted-in job, whose options the loop then
+    reports as invalid)."""
     try:
-        data = json.loads(comment or "")
-    except ValueError:
+        data = json.loads(comment or "", parse_int=lambda _text: 0)
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and "medic" in data
 

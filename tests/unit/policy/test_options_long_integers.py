@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from medic.control.job_comment import job_options
 from medic.domain.cluster import Mode
 from medic.errors import InputError
-from medic.policy.options import JobOptions
+from medic.policy.options import JobOptions, parse_job_options
 
 HUGE = "9" * 5000
 
@@ -26,7 +25,7 @@ HUGE = "9" * 5000
 )
 def test_an_over_long_integer_in_medic_options_names_the_option(comment: str, path: str) -> None:
     with pytest.raises(InputError) as caught:
-        job_options(comment)
+        parse_job_options(comment)
     assert caught.value.where == "job comment"
     assert path in caught.value.message
     assert "5000 digits" in caught.value.message
@@ -35,22 +34,22 @@ def test_an_over_long_integer_in_medic_options_names_the_option(comment: str, pa
 
 
 def test_an_over_long_integer_outside_medic_options_is_the_owners() -> None:
-    assert job_options(json.dumps({"owner": 1}).replace("1", HUGE)) == JobOptions()
+    assert parse_job_options(json.dumps({"owner": 1}).replace("1", HUGE)) == JobOptions()
     comment = f'{{"ticket": {HUGE}, "medic": {{"mode": "act"}}}}'
-    assert job_options(comment) == JobOptions(mode=Mode.ACT)
+    assert parse_job_options(comment) == JobOptions(mode=Mode.ACT)
 
 
 def test_other_comments_read_as_before() -> None:
-    assert job_options(None) == JobOptions()
-    assert job_options("plain text") == JobOptions()
-    assert job_options('{"medic": {"max_attempts_without_progress": 3}}') == JobOptions(
+    assert parse_job_options(None) == JobOptions()
+    assert parse_job_options("plain text") == JobOptions()
+    assert parse_job_options('{"medic": {"max_attempts_without_progress": 3}}') == JobOptions(
         max_attempts_without_progress=3
     )
     with pytest.raises(InputError, match=r"medic\.mode"):
-        job_options('{"medic": {"mode": "acts"}}')
+        parse_job_options('{"medic": {"mode": "acts"}}')
 
 
 def test_broken_json_after_the_long_integer_is_still_an_invalid_comment() -> None:
     with pytest.raises(InputError, match="invalid JSON"):
-        job_options(f'{{"medic": {{"mode": "act"}}, "x": {HUGE}, ')
-    assert job_options(f'{{"other": {HUGE}, ') == JobOptions(), "not medic's"
+        parse_job_options(f'{{"medic": {{"mode": "act"}}, "x": {HUGE}, ')
+    assert parse_job_options(f'{{"other": {HUGE}, ') == JobOptions(), "not medic's"

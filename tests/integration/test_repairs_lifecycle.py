@@ -197,7 +197,11 @@ def test_revalidation_pass_fail_and_abort(make_harness: MakeHarness, tmp_path: P
     settings = RepairSettings(
         validation_commands=suite, validate_always=True, rejoin_timeout_seconds=60
     )
-    r = rig(make_harness, settings=settings)
+    # two nodes fail within minutes on 12: the default breaker (2 nodes) would hold the second
+    policy = RepairPolicy(
+        auto_xids=frozenset({79}), max_wait_seconds=60, cooldown_seconds=0, breaker_fraction=0.5
+    )
+    r = rig(make_harness, settings=settings, policy=policy)
     h = r.h
 
     # fail: a ticket with each test's result and log; the node stays out

@@ -4,7 +4,7 @@
 ``tests/api/test_repairs_api.py``), here with real ``scontrol`` commands, real reboots (the
 cluster's ``RebootProgram`` restarts the node's slurmd) and real jobs:
 
-- an Xid 79 storm trips the circuit breaker; later recommendations wait for a person;
+- an Xid 79 storm trips the circuit breaker at once; its repairs wait for a person;
 - the same fault after two reboots climbs to a reprovision, run by an operator hook;
 - racing API calls with one request id make one repair, which then reboots the node;
 - a busy node's repair waits for idle, times out and moves the job off through Slurm;
@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +37,7 @@ import pytest
 from api.auth_kit import bearer, grant
 from medic.api.app import create_app
 from medic.config.loading import load_settings
+from medic.control import repair_decisions
 from medic.control.repairs import RepairEngine
 from medic.control.services import Services
 from medic.dev.slurm import LocalSlurm, SlurmEnv
@@ -273,11 +274,11 @@ def _no_loop_errors(medic: Medic) -> None:
 
 
 # --------------------------------------------------------------------------------- scenarios
-def test_an_xid_79_storm_trips_the_breaker_and_later_repairs_wait_for_a_person(
+def test_an_xid_79_storm_trips_the_breaker_at_once_and_a_persons_approval_still_repairs(
     make_medic: MakeMedic, slurm: SlurmEnv
 ) -> None:
-    # the breaker trips at max(2, ceil(0.5 x 2 nodes)) = 2 distinct nodes repaired automatically
-    # within 10 minutes; the budget lets one repair run at a time (both nodes share one pool)
+    # every node of the cluster alerting within 10 minutes: max(2, ceil(0.5 x 2 nodes)) = 2 nodes
+    # failing trip the breaker before any automatic repair starts, however few the budget admits
     policy = RepairPolicy(
         auto_xids=frozenset({79}),
         max_wait_seconds=5,
@@ -291,49 +292,35 @@ def test_an_xid_79_storm_trips_the_breaker_and_later_repairs_wait_for_a_person(
     for name in nodes:  # the storm: every node of the cluster at once
         medic.kernel(name)
 
-    medic.run()  # every alert is stored at once; the budget admits one repair
+    medic.run()  # every alert is stored at once, then the breaker is evaluated
     firing = medic.store.list_alerts(cluster=CLUSTER, state=AlertState.FIRING)
     assert sorted((a.node, a.key) for a in firing) == [(NodeName(n), "xid:79") for n in nodes]
-    (one,) = medic.repairs()
-    assert (one.approved_by, one.rule) == ("auto", "auto:xid:79")
-    second = next(n for n in nodes if n != one.node)
-    (waits,) = medic.events(AuditKind.REPAIR_SKIPPED, second)
-    assert waits.payload["rule"] == "budget"
-    assert not medic.store.get_breaker(CLUSTER).tripped, "one node is not a batch"
-
-    # the second node's turn: its automatic approval is the storm's second, the breaker trips
-    two = medic.until(
-        f"a repair of {second}", lambda: next(iter(medic.repairs(second)), None), REBOOT_SECONDS
-    )
-    assert (two.approved_by, two.rule) == ("auto", "auto:xid:79")
     breaker = medic.store.get_breaker(CLUSTER)
     assert breaker.tripped, "the storm must trip the breaker"
-    assert breaker.reason is not None and "2 node(s)" in breaker.reason, breaker.reason
+    assert breaker.reason is not None and "2 node(s) failing" in breaker.reason, breaker.reason
     (tripped,) = medic.events(AuditKind.BREAKER_TRIPPED)
-    assert sorted(tripped.payload["auto_repairs"]) == [one.id, two.id]
+    assert tripped.payload["auto_repairs"] == [], "before any automatic repair"
+    held = sorted(medic.repairs(), key=lambda r: r.node)
+    assert [(r.node, r.state, r.rule, r.approved_by) for r in held] == [
+        (NodeName(n), S.PENDING_APPROVAL, "breaker-tripped", None) for n in nodes
+    ]
 
-    # repairs approved before the trip go on: each node really reboots once
-    medic.until("the storm's repairs to finish", lambda: len(medic.finished()) == 2, REBOOT_SECONDS)
+    # nothing happens to the nodes while nobody approves: no drain, no reboot
+    medic.idle_for(3.0)
+    assert [r.state for r in medic.repairs()] == [S.PENDING_APPROVAL] * 2
+    assert {n: medic.reboots(n) for n in nodes} == dict.fromkeys(nodes, 0)
+    assert all(medic.in_service(n) for n in nodes)
+
+    # a person approves both: the breaker never holds a person's decision; one at a time
+    # (the budget is 1 here), each node really reboots once
+    for repair in held:
+        repair_decisions.approve_repair(medic.store, repair.id, "alice", datetime.now(UTC))
+    medic.until(
+        "the approved repairs to finish", lambda: len(medic.finished()) == 2, 2 * REBOOT_SECONDS
+    )
     assert [r.state for r in medic.repairs()] == [S.DONE, S.DONE], medic.trail()
     assert {n: medic.reboots(n) for n in nodes} == dict.fromkeys(nodes, 1)
     assert all(medic.boot_time(n) != boots[n] for n in nodes)
-
-    # the storm goes on: the same fault again on both nodes now waits for a person
-    for name in nodes:
-        medic.kernel(name)
-    medic.until("two new recommendations", lambda: len(medic.repairs()) == 4, 30)
-    later = sorted(medic.repairs()[2:], key=lambda r: r.node)
-    assert [(r.node, r.state, r.rule, r.approved_by) for r in later] == [
-        (NodeName(n), S.PENDING_APPROVAL, "breaker-tripped", None) for n in nodes
-    ]
-    rules = [e.payload["rule"] for e in medic.events(AuditKind.REPAIR_RECOMMENDED)]
-    assert rules == ["auto:xid:79"] * 2 + ["breaker-tripped"] * 2
-
-    # and nothing happens to the nodes while nobody approves: no drain, no reboot
-    medic.idle_for(3.0)
-    assert [r.state for r in medic.repairs()[2:]] == [S.PENDING_APPROVAL] * 2
-    assert {n: medic.reboots(n) for n in nodes} == dict.fromkeys(nodes, 1)
-    assert all(medic.in_service(n) for n in nodes)
     assert len(medic.events(AuditKind.BREAKER_TRIPPED)) == 1
     assert medic.store.get_breaker(CLUSTER).tripped
     _no_loop_errors(medic)

@@ -1,12 +1,15 @@
 """The repair lifecycle executor: each pass, every approved repair takes the steps it can now.
 
 - **approved -> cordoned**: a failed check still firing (a person's request was checked when
-  admitted) and room in the concurrency budget; the node is drained with
+  admitted), the breaker closed for a repair approved automatically (a tripped one holds it),
+  and room in the concurrency budget (:func:`~medic.policy.guards.within_budget`: a working
+  slot, or a waiting one when its node runs jobs); the node is drained with
   ``medic: repair <id> <action>`` (someone else's drain fails the repair: never overridden);
 - **-> waiting_for_idle -> draining**: :func:`~medic.policy.waiting.wait_decision` (idle, the
-  deadline, or every managed job's next checkpoint in ``checkpoint`` mode); the interrupted jobs
-  are stored on the repair and each gets a ``repair-job-interrupted`` event saying why; each one
-  still on the node is requeued held, the node excluded, and released;
+  deadline, or every managed job's next checkpoint in ``checkpoint`` mode) and a working slot
+  free; the interrupted jobs are stored on the repair and each gets a ``repair-job-interrupted``
+  event saying why; each one still on the node is requeued held, the node excluded, and
+  released;
 - **-> executing**: the boot id is stored, then ``NodeProvider.execute`` off the loop, and an
   action its engine left unfinished (killed, restarted) is finished from the step record and the
   node: :mod:`medic.control.execution`;
@@ -39,7 +42,7 @@ from medic.control.steps import Steps
 from medic.control.validation import VALIDATION_ALERT, Validator
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, Job, NodeState
-from medic.domain.ids import JobId
+from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import (
     AlertSource,
     AlertState,
@@ -52,7 +55,15 @@ from medic.domain.repairs import (
     WaitMode,
 )
 from medic.errors import ConflictError, MedicError, NotFoundError, PermanentError
-from medic.policy.guards import RULE_BUDGET, RULE_EVIDENCE, has_evidence, within_budget
+from medic.policy.guards import (
+    AUTO_APPROVER,
+    RULE_BUDGET,
+    RULE_EVIDENCE,
+    Check,
+    Slot,
+    has_evidence,
+    within_budget,
+)
 from medic.policy.waiting import RULE_WAIT_TIMEOUT, deadline, running_jobs, wait_decision
 from medic.ports import NodeProvider, Scheduler
 
@@ -107,6 +118,9 @@ class Lifecycle:
         )
         self._evacuation = Evacuation(scheduler, store, self.do)
         self._baselines: dict[int, dict[str, int | None]] = {}
+        self._breaker_tripped = False
+        self._busy: frozenset[NodeName] = frozenset()
+        """The nodes that run jobs, as of this pass (a repair there waits, holding no slot)."""
         self._steps: dict[RepairState, Callable[[Repair, PassView], Repair | None]] = {
             S.APPROVED: self._start,
             S.CORDONED: self._cordoned,
@@ -138,6 +152,9 @@ class Lifecycle:
         background steps whose repair moved on without this engine (or was taken over by
         another one) abandoned (audited)."""
         self.leases.renew(view.open_repairs)
+        self._breaker_tripped = self._store.get_breaker(self._cluster).tripped
+        running = {n for job in running_jobs(view.jobs) for n in job.nodes}
+        self._busy = frozenset(running | {n.name for n in view.nodes.values() if n.state in _BUSY})
         self.steps.begin_pass()
         states = {r.id: r.state for r in view.open_repairs}
 
@@ -236,14 +253,9 @@ class Lifecycle:
             evidence = has_evidence(_request(repair), view.firing.get(repair.node, []))
             if not evidence:
                 return self.move(repair, S.CANCELLED, view, RULE_EVIDENCE, evidence.reason)
-        budget = within_budget(
-            view.cluster_nodes,
-            view.open_repairs,
-            view.pools,
-            repair.node,
-            view.policy,
-            candidate_id=repair.id,
-        )
+        if self._breaker_tripped and repair.approved_by == AUTO_APPROVER:
+            return repair  # held until a person resets the breaker (or approves it anew)
+        budget = self._budget(repair, view, Slot.START)
         if not budget:
             return repair
         climbed = repair.evidence.get("escalated_from") if repair.escalated_from is None else None
@@ -290,6 +302,8 @@ class Lifecycle:
                 "wait deadline: they end with the repair"
             )
             decision = decision._replace(timed_out=True, reason=why, rule=RULE_WAIT_TIMEOUT)
+        if not self._budget(repair, view, Slot.WORK):
+            return repair  # its node is free, the budget is not: it drains when a slot is
         jobs = decision.interrupted_jobs
         update = RepairUpdate(interrupted_jobs=jobs) if jobs else None
         extra = {"timed_out": decision.timed_out, "interrupted_jobs": list(jobs)}
@@ -309,6 +323,18 @@ class Lifecycle:
                 )
                 self._store.append_audit(event)
         return moved
+
+    def _budget(self, repair: Repair, view: PassView, slot: Slot) -> Check:
+        return within_budget(
+            view.cluster_nodes,
+            view.open_repairs,
+            view.pools,
+            repair.node,
+            view.policy,
+            candidate_id=repair.id,
+            slot=slot,
+            busy=self._busy,
+        )
 
     @staticmethod
     def _hidden_jobs(repair: Repair, view: PassView, node_jobs: Sequence[Job]) -> NodeState | None:

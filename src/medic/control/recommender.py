@@ -6,8 +6,11 @@
 - **recommend** (:func:`~medic.policy.recommend.recommend`) for each node with a firing alert and
   no open repair, oldest alert first, at most ``repair.max_recommendations_per_pass`` (request id
   ``medic:<node>:<n>``, so two engines create one repair); a skip is audited when its rule
-  changes. After each automatic approval the breaker is evaluated (automatic repairs since its
-  last reset) and tripped: automatic approval pauses until a person resets it
+  changes. The breaker is evaluated before the first recommendation (the nodes that began
+  alerting, whatever the budget lets start), after each automatic approval and at the end of the
+  pass (detectors' requests), each time on what happened since its last reset
+  (:func:`~medic.policy.guards.breaker_should_trip`); tripped, automatic approval pauses and the
+  approved automatic repairs that did not start are held until a person resets it
   (:func:`medic.control.repair_policy.reset_breaker`).
 """
 
@@ -93,7 +96,8 @@ class Recommender:
         for r in repairs.values():
             history[r.node].append(r)
         busy = {r.node for r in view.open_repairs}
-        breaker = self._store.get_breaker(self._cluster)
+        # before any recommendation: a storm trips it however few repairs the budget admits
+        breaker = self._trip_if_due(self._store.get_breaker(self._cluster), repairs.values(), view)
         created = 0
 
         def oldest(node: NodeName) -> str:
@@ -205,7 +209,16 @@ class Recommender:
             return breaker
         since = breaker.reset_at
         counted = [r for r in repairs if since is None or (r.approved_at or r.created_at) > since]
-        check = breaker_should_trip(counted, view.cluster_nodes, view.policy, view.now)
+        firing = [a for alerts in view.firing.values() for a in alerts]
+        check = breaker_should_trip(
+            counted,
+            view.cluster_nodes,
+            view.policy,
+            view.now,
+            firing_alerts=firing,
+            node_pools=view.pools,
+            since=since,
+        )
         if not check:
             return breaker
         tripped = replace(breaker, tripped=True, tripped_at=view.now, reason=check.reason)
@@ -214,7 +227,13 @@ class Recommender:
         except ConflictError:
             return self._store.get_breaker(self._cluster)
         auto = sorted(r.id for r in counted if r.approved_by == AUTO_APPROVER)
+        held = sorted(
+            r.id
+            for r in view.open_repairs
+            if r.state is RepairState.APPROVED and r.approved_by == AUTO_APPROVER
+        )
         payload = {"rule": check.rule, "reason": check.reason, "auto_repairs": auto}
+        payload["held"] = held  # approved automatically, not started: they wait for the reset
         self._store.append_audit(
             repair_event(AuditKind.BREAKER_TRIPPED, view.now, self._cluster, None, payload)
         )

@@ -12,12 +12,16 @@ readable reason for the audit trail. The predicate's name says what True means
   ``policy.cooldown_seconds`` after a repair on it finished (DONE, FAILED, REJECTED, or
   CANCELLED by a person: its ``error`` says who; one the engine cancelled because its alert
   cleared or its evidence was gone does not count). Boundary: exactly the cooldown is over.
-- **concurrency budget** (:func:`within_budget`): at most ``max(1, floor(fraction x nodes))``
-  repairs in progress in the cluster and one per node pool (partition).
-- **circuit breaker** (:func:`breaker_should_trip`): automatic repairs (approved by ``auto``) on
-  at least ``breaker_fraction`` of the nodes (and never fewer than 2: one repair is not a batch)
-  within ``breaker_window_seconds`` point to a cluster-level cause. A tripped breaker pauses
-  automatic approval only, until an operator resets it.
+- **concurrency budget** (:func:`within_budget`): at most :func:`budget_limit` repairs at work
+  in the cluster, ``max(1, floor(fraction x nodes))``, and in each node pool its share,
+  :func:`pool_limit` (rounded up: the pools together can always use the whole budget, whatever
+  the partition layout). A repair waiting for a busy node holds no working slot: those are
+  bounded apart, by the same numbers, so busy nodes never keep idle ones from being repaired.
+- **circuit breaker** (:func:`breaker_should_trip`): nodes failing at once (an alert medic would
+  repair began firing, or a repair was approved automatically, within ``breaker_window_seconds``)
+  on ``breaker_fraction`` of the cluster or of one pool (2 at least) point to a cluster-level
+  cause, however few repairs the budget let start. A tripped breaker pauses automatic approval,
+  and holds approved automatic repairs that did not start, until an operator resets it.
 - **detector cap** (:func:`detector_cap_reached`): detector-initiated requests per cluster per
   hour.
 - **auto-resolve** (:func:`should_auto_resolve`): a recommendation nobody acted on disappears
@@ -33,8 +37,10 @@ Pure: no I/O, no clock reads (``now`` is an argument).
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -48,6 +54,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.policy.lightest import effective_action
 
 __all__ = [
     "AUTO_APPROVER",
@@ -60,6 +67,7 @@ __all__ = [
     "RULE_EVIDENCE",
     "RULE_PERSISTENCE",
     "Check",
+    "Slot",
     "breaker_should_trip",
     "budget_limit",
     "detector_cap_reached",
@@ -67,6 +75,7 @@ __all__ = [
     "in_cooldown",
     "is_persistent",
     "persistence_seconds",
+    "pool_limit",
     "should_auto_resolve",
     "within_budget",
 ]
@@ -86,17 +95,26 @@ BREAKER_MIN_REPAIRS = 2
 
 _EPS = 1e-9  # fraction x nodes in binary floating point: 0.29 x 100 = 28.999999999999996
 _COOLING = frozenset({RepairState.DONE, RepairState.FAILED, RepairState.REJECTED})
-_STARTED = frozenset(
+_WORKING = frozenset(
     {
         RepairState.CORDONED,
-        RepairState.WAITING_FOR_IDLE,
         RepairState.DRAINING,
         RepairState.EXECUTING,
         RepairState.REJOINING,
         RepairState.VALIDATING,
     }
 )
+"""Repairs at work on their node (a cordoned one drains it in the same pass)."""
 _NOT_STARTED = frozenset({RepairState.PENDING_APPROVAL, RepairState.APPROVED})
+
+
+class Slot(enum.StrEnum):
+    """What a repair asks of the concurrency budget."""
+
+    START = "start"
+    """Approved -> cordoned: a working slot, or a waiting slot when its node is busy."""
+    WORK = "work"
+    """Waiting for idle -> draining (its node is free): a working slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,20 +192,39 @@ def in_cooldown(
 
 
 def budget_limit(cluster_nodes: int, policy: RepairPolicy) -> int:
-    """Repairs the cluster may have in progress at once: ``max(1, floor(fraction x nodes))``."""
+    """Repairs the cluster may have at work at once: ``max(1, floor(fraction x nodes))``."""
     return max(1, math.floor(policy.max_concurrent_fraction * max(0, cluster_nodes) + _EPS))
 
 
-def _occupies(repair: Repair, candidate_id: int | None) -> bool:
-    """Started repairs hold budget; an approved one waiting to start holds it only when it is
-    ahead of the candidate in the queue (lower id), so waiting repairs never block each other."""
+def pool_limit(pool_nodes: int, policy: RepairPolicy) -> int:
+    """Repairs one node pool may have at work at once: ``max(1, ceil(fraction x pool nodes))``;
+    rounded up, so that the pools' limits add up to at least the cluster's."""
+    return max(1, math.ceil(policy.max_concurrent_fraction * max(0, pool_nodes) - _EPS))
+
+
+def _holds(
+    repair: Repair, candidate_id: int | None, slot: Slot, busy: Collection[NodeName] | None
+) -> Slot | None:
+    """The budget ``repair`` holds as the candidate sees it: a working slot (``WORK``), a
+    waiting slot (``START``: it waits for a busy node), or none.
+
+    A repair waiting for an idle node is at work (it drains next), unless the candidate is also
+    waiting to drain and comes first (lower id): waiting repairs never block each other. An
+    approved one not started yet is counted where it will go (busy node: waiting) when it is
+    ahead of a candidate that starts (lower id, or any for a repair not created yet)."""
+    ahead = candidate_id is None or repair.id < candidate_id
     if repair.id == candidate_id:
-        return False
-    if repair.state in _STARTED:
-        return True
-    if repair.state is RepairState.APPROVED:
-        return candidate_id is None or repair.id < candidate_id
-    return False
+        return None
+    if repair.state in _WORKING:
+        return Slot.WORK
+    waits = busy is None or repair.node in busy
+    if repair.state is RepairState.WAITING_FOR_IDLE:
+        if waits:
+            return Slot.START
+        return Slot.WORK if slot is Slot.START or ahead else None
+    if repair.state is RepairState.APPROVED and slot is Slot.START and ahead:
+        return Slot.START if busy is not None and repair.node in busy else Slot.WORK
+    return None
 
 
 def within_budget(
@@ -198,34 +235,49 @@ def within_budget(
     policy: RepairPolicy,
     *,
     candidate_id: int | None = None,
+    slot: Slot = Slot.START,
+    busy: Collection[NodeName] | None = None,
 ) -> Check:
-    """True when one more repair (on ``candidate_node``) fits the concurrency budget.
+    """True when the candidate on ``candidate_node`` fits the concurrency budget now.
 
     ``active_repairs``: the cluster's unfinished repairs (others are ignored). ``candidate_id``:
-    the candidate's own id once it exists (when it is about to start); None for a repair not
-    created yet, which queues behind every approved one. A node missing from ``node_pools`` has no
-    pool limit.
+    the candidate's own id once it exists; None for a repair not created yet, which queues behind
+    every approved one. ``node_pools``: every node's pool (a node missing there has no pool
+    limit; a pool's size is its nodes there). ``slot``: what the candidate asks for. ``busy``:
+    the nodes that run jobs; None when not known: a waiting repair then counts as waiting for a
+    busy node, and a candidate that starts asks for a working slot.
     """
+    wanted = Slot.WORK
+    if slot is Slot.START and busy is not None and candidate_node in busy:
+        wanted = Slot.START  # it will wait for its jobs: a waiting slot
+    holding = [r for r in active_repairs if _holds(r, candidate_id, slot, busy) is wanted]
     limit = budget_limit(cluster_nodes, policy)
-    holding = [r for r in active_repairs if _occupies(r, candidate_id)]
+    what = "in progress" if wanted is Slot.WORK else "waiting for busy nodes"
     if len(holding) >= limit:
         return Check(
             False,
             RULE_BUDGET,
-            f"{len(holding)} repair(s) in progress, budget {limit} "
+            f"{len(holding)} repair(s) {what}, budget {limit} "
             f"(max(1, floor({policy.max_concurrent_fraction} x {cluster_nodes} nodes)))",
         )
     pool = node_pools.get(candidate_node)
     if pool is not None:
+        size = Counter(node_pools.values())[pool]
+        cap = pool_limit(size, policy)
         same = [r for r in holding if node_pools.get(r.node) == pool]
-        if same:
+        if len(same) >= cap:
+            ids = ", ".join(f"{r.id} on {r.node}" for r in same)
             return Check(
                 False,
                 RULE_BUDGET,
-                f"node pool {pool} already has repair {same[0].id} on {same[0].node} in "
-                "progress (one per pool at a time)",
+                f"node pool {pool} already has repair(s) {ids} {what}, its budget {cap} "
+                f"(max(1, ceil({policy.max_concurrent_fraction} x {size} nodes)))",
             )
-    return Check(True, RULE_BUDGET, f"{len(holding)} of {limit} repair(s) in progress")
+    return Check(True, RULE_BUDGET, f"{len(holding)} of {limit} repair(s) {what}")
+
+
+def _breaker_need(nodes: int, policy: RepairPolicy) -> int:
+    return max(BREAKER_MIN_REPAIRS, math.ceil(policy.breaker_fraction * max(0, nodes) - _EPS))
 
 
 def breaker_should_trip(
@@ -233,25 +285,53 @@ def breaker_should_trip(
     cluster_nodes: int,
     policy: RepairPolicy,
     now: datetime,
+    *,
+    firing_alerts: Iterable[Alert] = (),
+    node_pools: Mapping[NodeName, str] | None = None,
+    since: datetime | None = None,
 ) -> Check:
-    """True when automatic repairs (``approved_by == "auto"``, at ``approved_at`` else
-    ``created_at``, within the window inclusive) reached ``breaker_fraction`` of the nodes:
-    distinct nodes >= ``max(2, ceil(fraction x nodes))``."""
+    """True when the nodes hit within the window (inclusive) reach ``breaker_fraction`` of the
+    cluster, or of one pool: distinct nodes >= ``max(2, ceil(fraction x nodes))``.
+
+    A node is hit by an automatic repair (``approved_by == "auto"``, at ``approved_at`` else
+    ``created_at``) or by a firing alert that an action maps to, from the start of its firing
+    episode (``firing_since``, else ``first_seen``; none: now). ``since`` (the breaker's last
+    reset): only what came after it counts. ``node_pools``: every node's pool (None: no pools).
+    """
     window = timedelta(seconds=max(0.0, policy.breaker_window_seconds))
-    nodes = {
+
+    def recent(when: datetime | None) -> bool:
+        when = when or now
+        return timedelta(0) <= now - when <= window and (since is None or when > since)
+
+    hit = {
         r.node
         for r in recent_auto_repairs
-        if r.approved_by == AUTO_APPROVER
-        and timedelta(0) <= now - (r.approved_at or r.created_at) <= window
+        if r.approved_by == AUTO_APPROVER and recent(r.approved_at or r.created_at)
     }
-    need = max(
-        BREAKER_MIN_REPAIRS, math.ceil(policy.breaker_fraction * max(0, cluster_nodes) - _EPS)
-    )
+    alerting = {
+        a.node
+        for a in firing_alerts
+        if a.state is AlertState.FIRING
+        and effective_action(a) is not None
+        and recent(a.firing_since or a.first_seen)
+    }
+    hit |= alerting
+    need = _breaker_need(cluster_nodes, policy)
+    scope = f"{policy.breaker_fraction:.0%} of {cluster_nodes} nodes"
+    count = len(hit)
+    pools = node_pools or {}
+    sizes = Counter(pools.values())
+    for pool, pool_hit in sorted(Counter(pools[n] for n in hit if n in pools).items()):
+        pool_need = _breaker_need(sizes[pool], policy)
+        if count < need and pool_hit >= pool_need:
+            need, count = pool_need, pool_hit
+            scope = f"{policy.breaker_fraction:.0%} of node pool {pool}'s {sizes[pool]} nodes"
     detail = (
-        f"{len(nodes)} node(s) repaired automatically in the last {window}, threshold {need} "
-        f"({policy.breaker_fraction:.0%} of {cluster_nodes} nodes)"
+        f"{count} node(s) failing in the last {window} ({len(alerting)} alerting, "
+        f"{len(hit - alerting)} more repaired automatically), threshold {need} ({scope})"
     )
-    if len(nodes) >= need:
+    if count >= need:
         return Check(True, RULE_BREAKER, f"trip: {detail}: a cluster-level cause is likely")
     return Check(False, RULE_BREAKER, detail)
 

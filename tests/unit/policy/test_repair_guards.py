@@ -22,6 +22,7 @@ from medic.domain.repairs import (
     RequesterKind,
 )
 from medic.policy.guards import (
+    Slot,
     breaker_should_trip,
     budget_limit,
     detector_cap_reached,
@@ -29,6 +30,7 @@ from medic.policy.guards import (
     in_cooldown,
     is_persistent,
     persistence_seconds,
+    pool_limit,
     should_auto_resolve,
     within_budget,
 )
@@ -202,13 +204,80 @@ def test_budget_counts_started_repairs_only() -> None:
     assert not check and check.rule == "budget" and "budget 2" in check.reason
 
 
-def test_budget_one_repair_per_pool() -> None:
-    policy = RepairPolicy(max_concurrent_fraction=0.10)  # 100 nodes -> 10
-    busy = [_repair(1, S.CORDONED, node=NodeName("n1"))]  # pool p1
-    check = within_budget(100, busy, POOLS, NodeName("n3"), policy)  # p1 too
-    assert not check and "node pool p1" in check.reason
+def test_budget_a_pool_has_its_share_of_the_cluster() -> None:
+    policy = RepairPolicy(max_concurrent_fraction=0.04)  # 100 nodes -> 4, 50 per pool -> 2
+    busy = [_repair(i, S.CORDONED, node=NodeName(f"n{i}")) for i in (1, 3)]  # pool p1
+    check = within_budget(100, busy, POOLS, NodeName("n5"), policy)  # p1 too
+    assert not check and "node pool p1 already has repair(s) 1 on n1, 3 on n3" in check.reason
+    assert "its budget 2 (max(1, ceil(0.04 x 50 nodes)))" in check.reason
     assert within_budget(100, busy, POOLS, NodeName("n2"), policy)  # p0
     assert within_budget(100, busy, POOLS, NodeName("x9"), policy)  # no pool: no pool limit
+    assert within_budget(100, busy[:1], POOLS, NodeName("n5"), policy)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fraction", "limit"),
+    [(32, 0.05, 2), (6, 0.05, 1), (0, 0.05, 1), (50, 0.10, 5), (20, 0.05, 1), (21, 0.05, 2)],
+)
+def test_pool_limit(nodes: int, fraction: float, limit: int) -> None:
+    assert pool_limit(nodes, RepairPolicy(max_concurrent_fraction=fraction)) == limit
+
+
+TWO_POOLS = {NodeName(f"n{i}"): f"p{i % 2}" for i in range(1, 65)}
+"""64 nodes in 2 pools of 32: with the default 5 %, 3 at work at once, 2 per pool."""
+
+
+def test_two_pools_share_the_default_budget_not_one_repair_each() -> None:
+    policy = RepairPolicy()
+    assert (budget_limit(64, policy), pool_limit(32, policy)) == (3, 2)
+    one = [_repair(1, S.EXECUTING, node=NodeName("n1"))]  # p1
+    assert within_budget(64, one, TWO_POOLS, NodeName("n3"), policy), "a second one in p1"
+    two = [*one, _repair(3, S.DRAINING, node=NodeName("n3"))]
+    assert not within_budget(64, two, TWO_POOLS, NodeName("n5"), policy)
+    assert within_budget(64, two, TWO_POOLS, NodeName("n2"), policy), "the third, in p0"
+    three = [*two, _repair(2, S.REJOINING, node=NodeName("n2"))]
+    check = within_budget(64, three, TWO_POOLS, NodeName("n4"), policy)
+    assert not check and "3 repair(s) in progress, budget 3" in check.reason
+
+
+def test_a_repair_waiting_for_a_busy_node_holds_no_working_slot() -> None:
+    policy = RepairPolicy()  # 64 nodes -> 3
+    waiting = [_repair(i, S.WAITING_FOR_IDLE, node=NodeName(f"n{i}")) for i in (1, 2, 3)]
+    busy = {NodeName("n1"), NodeName("n2"), NodeName("n3"), NodeName("n8")}
+    idle = within_budget(64, waiting, TWO_POOLS, NodeName("n4"), policy, candidate_id=9, busy=busy)
+    assert idle and "0 of 3 repair(s) in progress" in idle.reason
+    # ... but the waiting are bounded too: a fourth busy node waits for one of them
+    more = within_budget(64, waiting, {}, NodeName("n8"), policy, candidate_id=9, busy=busy)
+    assert not more and "3 repair(s) waiting for busy nodes, budget 3" in more.reason
+    # a waiting repair whose node is idle drains next: it is at work
+    free = busy - {NodeName("n1")}
+    check = within_budget(64, waiting, {}, NodeName("n4"), policy, candidate_id=9, busy=free)
+    assert check and "1 of 3 repair(s) in progress" in check.reason
+    # not knowing which nodes are busy: waiting ones wait, the candidate asks for a working slot
+    assert within_budget(64, waiting, {}, NodeName("n4"), policy)
+
+
+def test_waiting_repairs_take_working_slots_in_order_and_never_block_each_other() -> None:
+    policy = RepairPolicy(max_concurrent_fraction=0.01)  # 100 nodes -> 1
+    a = _repair(1, S.WAITING_FOR_IDLE, node=NodeName("n1"))
+    b = _repair(2, S.WAITING_FOR_IDLE, node=NodeName("n2"))
+
+    def drains(active: list[Repair], candidate: Repair) -> bool:  # both nodes free now
+        check = within_budget(
+            100,
+            active,
+            {},
+            candidate.node,
+            policy,
+            candidate_id=candidate.id,
+            slot=Slot.WORK,
+            busy=frozenset(),
+        )
+        return bool(check)
+
+    assert drains([a, b], a) and not drains([a, b], b), "the first one first"
+    assert not drains([replace(a, state=S.DRAINING), b], b)
+    assert drains([b], b)
 
 
 def test_budget_queue_never_deadlocks() -> None:
@@ -257,6 +326,60 @@ def test_breaker_window_and_what_counts() -> None:
     assert not breaker_should_trip(_autos(10, approved_by="alice"), 100, policy, T0)
     same_node = [dataclasses.replace(r, node=N1) for r in _autos(10)]
     assert not breaker_should_trip(same_node, 100, policy, T0)  # distinct nodes
+
+
+def _alerting(nodes: range, *, ago: float = 0, key: str = "xid:79") -> list[Alert]:
+    since = T0 - timedelta(seconds=ago)
+    return [
+        replace(_alert(key, node=NodeName(f"n{i}"), first_seen=since), firing_since=since)
+        for i in nodes
+    ]
+
+
+def test_a_storm_trips_the_breaker_on_the_nodes_alerting_whatever_the_budget_started() -> None:
+    policy = RepairPolicy()  # 10 % in 600 s: 7 of 64 nodes
+    storm = _alerting(range(48))  # 75 % of the cluster, on both pools
+    two = _autos(2)  # all the budget let start (on n0 and n1, alerting too)
+    check = breaker_should_trip(two, 64, policy, T0, firing_alerts=storm, node_pools=TWO_POOLS)
+    assert check and check.rule == "breaker"
+    assert check.reason.startswith("trip: 48 node(s) failing in the last 0:10:00 (48 alerting")
+    assert "threshold 7 (10% of 64 nodes)" in check.reason
+    assert not breaker_should_trip(two, 64, policy, T0, node_pools=TWO_POOLS), "repairs alone"
+
+
+def test_what_alerting_counts_for_the_breaker() -> None:
+    policy = RepairPolicy()  # 7 of 64 nodes
+
+    def check(alerts: list[Alert], since: datetime | None = None) -> bool:
+        found = breaker_should_trip(
+            [], 64, policy, T0, firing_alerts=alerts, node_pools=TWO_POOLS, since=since
+        )
+        return bool(found)
+
+    assert check(_alerting(range(1, 8), ago=600)), "window edge included"
+    assert not check(_alerting(range(1, 8), ago=601)), "an old episode is no storm"
+    assert not check(_alerting(range(1, 8), key="sig:unmapped.thing")), "nothing to repair"
+    resolved = [replace(a, state=AlertState.RESOLVED) for a in _alerting(range(1, 8))]
+    assert not check(resolved)
+    assert not check(_alerting(range(1, 8), ago=60), since=T0 - timedelta(seconds=30)), "reset"
+    assert check(_alerting(range(1, 8), ago=20), since=T0 - timedelta(seconds=30))
+    # repairs approved automatically and alerting nodes are one set of failing nodes
+    both = breaker_should_trip(_autos(4), 64, policy, T0, firing_alerts=_alerting(range(2, 6)))
+    assert (
+        not both
+        and both.reason.startswith("6 node(s) failing")
+        and "2 more repaired" in both.reason
+    )
+
+
+def test_the_breaker_trips_on_one_pools_share() -> None:
+    policy = RepairPolicy()  # 7 of 64 nodes, 4 of a pool's 32
+    p1 = _alerting(range(1, 9, 2))  # n1, n3, n5, n7: 4 in p1
+    check = breaker_should_trip([], 64, policy, T0, firing_alerts=p1, node_pools=TWO_POOLS)
+    assert check and "threshold 4 (10% of node pool p1's 32 nodes)" in check.reason
+    spread = _alerting(range(1, 7))  # 3 in each pool
+    assert not breaker_should_trip([], 64, policy, T0, firing_alerts=spread, node_pools=TWO_POOLS)
+    assert not breaker_should_trip([], 64, policy, T0, firing_alerts=p1), "no pools known"
 
 
 # --- detector cap -----------------------------------------------------------------------------

@@ -5,8 +5,6 @@ migrated once per engine for this module (the migration test runs on a database 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from contract.test_store import ENGINES, T0, _detection, _drop_everything
+from contract.test_store import T0, _detection, _drop_everything
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.store import SqlStore, create_store
 from medic.store.columns import UtcDateTime
@@ -24,22 +22,6 @@ from medic.store.tables import detections
 pytestmark = pytest.mark.db
 
 LINES = 10_000
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path_factory.mktemp('counts') / 'medic.db'}"
-    url = os.environ[request.param]
-    _drop_everything(url)
-    return url
-
-
-@pytest.fixture(scope="module")
-def store(url: str) -> Iterator[SqlStore]:
-    opened = create_store(url)
-    yield opened
-    opened.close()
 
 
 def _rows(url: str, cluster: str) -> int:

@@ -4,8 +4,6 @@ places that disagreed)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from contract.test_store import ENGINES, T0, _drop_everything
+from contract.test_store import T0, _drop_everything
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import NodeHealth, NodeHealthEntry
 from medic.store import SqlStore, create_store
@@ -24,22 +22,6 @@ pytestmark = pytest.mark.db
 C, B = ClusterName("alpha"), ClusterName("beta")
 N1, N2, N3 = NodeName("n1"), NodeName("n2"), NodeName("n3")
 H = NodeHealth
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path_factory.mktemp('health') / 'medic.db'}"
-    url = os.environ[request.param]
-    _drop_everything(url)
-    return url
-
-
-@pytest.fixture(scope="module")
-def store(url: str) -> Iterator[SqlStore]:
-    opened = create_store(url)
-    yield opened
-    opened.close()
 
 
 def test_the_stored_health_is_what_was_put_and_keeps_its_since(store: SqlStore) -> None:

@@ -9,21 +9,19 @@ schema is migrated once per engine for this module.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from contract.test_store import ENGINES, T0, _detection, _drop_everything, _event, _job
+from contract.test_store import T0, _detection, _event, _job
 from medic.domain.audit import AuditKind
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState
 from medic.domain.text import clean_json, clean_json_bytes, clean_text
-from medic.store import SqlStore, create_store
+from medic.store import SqlStore
 from medic.store.columns import UtcDateTime
 
 pytestmark = pytest.mark.db
@@ -35,22 +33,6 @@ CLEAN = "a\ufffdb\ufffdc\ufffd"
 def _encodes(value: Any) -> None:
     """What an API response does with a value: JSON as UTF-8 (a surrogate raises here)."""
     json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path_factory.mktemp('text') / 'medic.db'}"
-    url = os.environ[request.param]
-    _drop_everything(url)
-    return url
-
-
-@pytest.fixture(scope="module")
-def store(url: str) -> Iterator[SqlStore]:
-    opened = create_store(url)
-    yield opened
-    opened.close()
 
 
 # --- the pure rules ----------------------------------------------------------------------------

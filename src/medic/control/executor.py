@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from medic.control.exclusions import note_added
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
@@ -263,21 +264,7 @@ class Controller:
         in service (:mod:`medic.control.exclusions`)."""
         before = self._scheduler.get_job(advice.job_id).excluded_nodes
         self._scheduler.set_excluded_nodes(advice.job_id, excluded | before)
-        now = self._clock.now()
-        for node in sorted(excluded - before):
-            key = idempotency_key(advice.id, advice.generation, ActionKind.EXCLUDE_NODES, node)
-            added = ActionRecord(
-                key=key,
-                cluster=advice.cluster,
-                kind=ActionKind.EXCLUDE_NODES,
-                status=ActionStatus.STARTED,
-                job_id=advice.job_id,
-                node=node,
-                advice_id=advice.id,
-                started_at=now,
-            )
-            if self._ledger.begin_action(added):
-                self._ledger.finish_action(key, ActionStatus.SUCCEEDED, now)
+        note_added(self._ledger, advice, excluded - before, self._clock.now())
 
     def _execute(self, advice: Advice, step: _Step) -> datetime:
         key = idempotency_key(advice.id, advice.generation, step.kind)

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_repair.py`` (``--nodes``, ``--storm``, ``--seconds``).
 On SQLite (a temporary file) and, when ``MEDIC_TEST_POSTGRES_URL`` names a disposable database,
 on PostgreSQL too (in a database of its own, created next to it and dropped after). The
-engine (``medic.control.repairs.RepairEngine``) runs against the simulated cluster in virtual
+engine (``medic.repair.engine.RepairEngine``) runs against the simulated cluster in virtual
 time; what is measured is the wall time it spends. Phases per database:
 
 * ``storm``: ``--storm`` (20%) of the nodes report an Xid 79 spread over ``--seconds`` (60) of
@@ -47,12 +47,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from medic.config.settings import RepairSettings, SimSettings
-from medic.control.repairs import RepairEngine
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.logs import LogLine, LogStream
 from medic.domain.repairs import RepairPolicy, RepairRequest, RepairState
+from medic.repair.engine import RepairEngine
 from medic.schedulers.sim import SimCluster
 from medic.store import SqlStore, create_store
 from medic.testing import FakeClock

@@ -69,10 +69,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the e2e harness and training program
 
-from medic.control.repair_alerts import resolve_by_person  # noqa: E402
 from medic.demo import percentile  # noqa: E402
 from medic.dev.slurm import DevClusterError, LocalSlurm  # noqa: E402
 from medic.domain.repairs import AlertSource, AlertState  # noqa: E402
+from medic.repair.alerts import resolve_by_person  # noqa: E402
 from slurm.e2e.harness import (  # noqa: E402
     ACT,
     OBSERVE,

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import Job, JobSpec, JobState
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import JobId
 from medic.errors import PermanentError
+from medic.services import Services
 
 __all__ = ["DemoDriver", "FaultOutcome", "Summary", "percentile"]
 

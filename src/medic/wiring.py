@@ -2,7 +2,7 @@
 
 The only module that names concrete adapters (the SQL store, the simulator, the Slurm adapter,
 Prometheus metrics). Everything above it (CLI, API, demo) receives
-:class:`~medic.control.services.Services`, typed by ports, so swapping an adapter never touches
+:class:`~medic.services.Services`, typed by ports, so swapping an adapter never touches
 them.
 """
 
@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from medic.config.settings import Settings
 from medic.control.external import SecondOpinion
 from medic.control.loop import ControlLoop
-from medic.control.repairs import RepairEngine
-from medic.control.services import Services
 from medic.detect.catalogue import site_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
@@ -24,6 +22,7 @@ from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
 from medic.external.attribution_http import HttpAttributionProvider
 from medic.ports import Clock, FaultInjector, LogSource, NodeProvider, Scheduler, Store, Workload
+from medic.repair.engine import RepairEngine
 from medic.schedulers.cache import SnapshotCache
 from medic.schedulers.hooks import HookNodeProvider, hook_commands, run_command
 from medic.schedulers.sim import SimCluster
@@ -34,6 +33,7 @@ from medic.schedulers.slurm import (
     runner_from_settings,
 )
 from medic.schedulers.slurm.requests import parse_request
+from medic.services import Services
 from medic.store import SqlStore, create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
 

@@ -19,7 +19,7 @@ import pytest
 from medic.testing import FakeClock, LiveServer
 
 if TYPE_CHECKING:
-    from medic.control.services import Services
+    from medic.services import Services
 
 CLUSTER = "c1"
 

@@ -27,7 +27,7 @@ from medic.detect.signatures import Signature
 from medic.domain.diagnosis import FaultDomain, JobAction, Role, Severity
 from medic.domain.ids import ClusterName, NodeName, SignatureId
 from medic.domain.repairs import Alert, AlertSource, RepairAction
-from medic.policy.lightest import mapped_action
+from medic.repair.rules.lightest import mapped_action
 
 CATALOGUE = default_catalogue()
 

@@ -17,7 +17,6 @@ import pytest
 from medic.api.advice import router as advice_router
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
@@ -26,6 +25,7 @@ from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, NotFoundError, PermanentError, TransientError
 from medic.remote import MedicApiClient
+from medic.services import Services
 from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 

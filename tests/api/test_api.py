@@ -22,12 +22,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Role
 from medic.domain.cluster import JobSpec
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.errors import StoreError
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

@@ -15,9 +15,9 @@ import pytest
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Role
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

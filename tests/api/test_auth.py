@@ -24,10 +24,10 @@ from medic.api.auth import issue_token, revoke_token
 from medic.cli import tokens as tokens_cli
 from medic.cli.common import State
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.auth import SESSION_TTL, Role, check_token_name, hash_secret
 from medic.errors import ConflictError, InputError, NotFoundError
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

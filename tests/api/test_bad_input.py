@@ -16,9 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.audit import AuditKind
 from medic.domain.auth import Role
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

@@ -25,13 +25,13 @@ import pytest
 from medic.api import clusters
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.attempts import Progress
 from medic.domain.auth import Role
 from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.faults import FaultKind
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.measure.goodput import Cause, goodput
+from medic.services import Services
 from medic.store import create_store
 from medic.testing import FakeClock
 from medic.wiring import build

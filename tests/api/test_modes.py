@@ -15,12 +15,12 @@ import pytest
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.audit import AuditKind
 from medic.domain.auth import Role
 from medic.domain.cluster import JobSpec, Mode
 from medic.domain.faults import FaultKind
 from medic.domain.ids import ClusterName, JobId
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

@@ -17,7 +17,7 @@ import pytest
 
 from medic.api.app import create_app
 from medic.api.auth import WRITE_METHODS
-from medic.control.services import Services
+from medic.services import Services
 
 from .test_roles_table import ANONYMOUS, SIGNED_IN, TABLE
 

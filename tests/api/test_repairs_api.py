@@ -27,8 +27,6 @@ from medic.api import problems
 from medic.api.app import create_app
 from medic.api.repairs import router as repairs_router
 from medic.config.loading import load_settings
-from medic.control.intake_common import IntakeStore
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.auth import Role
 from medic.domain.cluster import Node, NodeState
@@ -44,6 +42,8 @@ from medic.domain.repairs import (
     ValidationResult,
 )
 from medic.errors import PolicyViolation, SafetyBudgetExceeded
+from medic.repair.intake_common import IntakeStore
+from medic.services import Services
 from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 

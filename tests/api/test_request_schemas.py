@@ -2,7 +2,7 @@
 calls valid is not refused for a rule it hides (schemathesis' ``positive_data_acceptance``).
 
 The repair policy's bounds are written twice, as pydantic constraints (for the document) and in
-``medic.control.repair_policy.check_policy`` (the rule): here each bound of the schema is held
+``medic.repair.policy_changes.check_policy`` (the rule): here each bound of the schema is held
 against ``check_policy``, which must accept the bound and refuse just past it, as the model does.
 """
 
@@ -18,12 +18,12 @@ from pydantic import ValidationError
 from medic.api.schemas import CONTROLLER_AUDIT_KINDS, ActionFinishIn, AuditIn
 from medic.api.schemas_auth import ModesIn, TokenIn
 from medic.api.schemas_repairs import AUTO_ACTIONS, RepairPolicyIn
-from medic.control.repair_policy import check_policy
 from medic.domain.actions import ActionStatus
 from medic.domain.auth import TOKEN_NAME_PATTERN, Role, check_token_name
 from medic.domain.repairs import RepairAction
 from medic.errors import InputError
-from medic.policy.xid_classes import XID_CLASSES
+from medic.repair.policy_changes import check_policy
+from medic.repair.rules.xid_classes import XID_CLASSES
 
 POLICY = RepairPolicyIn.model_json_schema()["properties"]
 BOUNDED = sorted(

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from contract.test_store import ENGINES, _drop_everything
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.auth import Role
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

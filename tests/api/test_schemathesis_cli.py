@@ -41,9 +41,9 @@ import pytest
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control.services import Services
 from medic.domain.auth import Role
 from medic.domain.faults import FaultKind
+from medic.services import Services
 from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 

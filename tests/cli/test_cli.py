@@ -27,9 +27,9 @@ import medic
 from medic.cli.app import app
 from medic.config.loading import load_settings
 from medic.config.settings import Settings
-from medic.control.services import Services
 from medic.domain.cluster import JobSpec
 from medic.domain.faults import FaultKind
+from medic.services import Services
 from medic.testing import FakeClock
 from medic.wiring import build
 

@@ -30,8 +30,6 @@ import pytest
 
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control import intake, intake_common
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import JobState
 from medic.domain.diagnosis import Severity
@@ -45,6 +43,8 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.repair import intake, intake_common
+from medic.services import Services
 from medic.testing import FakeClock, LiveServer
 from medic.wiring import build
 

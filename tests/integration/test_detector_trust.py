@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from medic.control.intake import submit_repair
-from medic.control.intake_common import node_pools
-from medic.control.repair_decisions import approve_repair
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Node, NodeState
 from medic.domain.ids import ClusterName, NodeName
@@ -25,6 +22,9 @@ from medic.domain.repairs import (
     RequestChannel,
     RequesterKind,
 )
+from medic.repair.decisions import approve_repair
+from medic.repair.intake import submit_repair
+from medic.repair.intake_common import node_pools
 from medic.schedulers.slurm.requests import parse_request
 from medic.store import SqlStore, create_store
 from medic.testing import FakeClock

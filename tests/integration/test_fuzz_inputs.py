@@ -18,11 +18,11 @@ from api.auth_kit import bearer, grant
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.config.settings import SchedulerSettings, Settings
-from medic.control.services import Services
 from medic.domain.auth import Role
 from medic.domain.cluster import Mode
 from medic.domain.logs import LogLine, LogStream
 from medic.schedulers.sim import SimCluster
+from medic.services import Services
 from medic.store import create_store
 from medic.testing import FakeClock
 from medic.wiring import build

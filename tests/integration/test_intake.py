@@ -1,4 +1,4 @@
-"""Repair intake as a library over a real SQLite store (``medic.control.intake``), and the Slurm
+"""Repair intake as a library over a real SQLite store (``medic.repair.intake``), and the Slurm
 path without the API: ``medic-request:`` drain reasons parsed by
 ``medic.schedulers.slurm.requests.parse_request`` and submitted pass after pass.
 
@@ -16,11 +16,6 @@ from typing import Any
 
 import pytest
 
-from medic.control.actors import Actor, EvidenceRequired, GuardrailRefused, RepairInProgress
-from medic.control.intake import record_invalid_request, submit_repair
-from medic.control.intake_common import detector_alert_key, node_pools
-from medic.control.repair_decisions import approve_repair, cancel_repair, reject_repair
-from medic.control.repair_policy import check_policy, put_policy, reset_breaker
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Node, NodeState
 from medic.domain.diagnosis import Severity
@@ -39,7 +34,12 @@ from medic.domain.repairs import (
     RequesterKind,
 )
 from medic.errors import ConflictError, InputError, PolicyViolation, SafetyBudgetExceeded
-from medic.policy.lightest import SLURM_DRAIN, effective_action
+from medic.repair.actors import Actor, EvidenceRequired, GuardrailRefused, RepairInProgress
+from medic.repair.decisions import approve_repair, cancel_repair, reject_repair
+from medic.repair.intake import record_invalid_request, submit_repair
+from medic.repair.intake_common import detector_alert_key, node_pools
+from medic.repair.policy_changes import check_policy, put_policy, reset_breaker
+from medic.repair.rules.lightest import SLURM_DRAIN, effective_action
 from medic.schedulers.slurm.requests import SLURM_OPERATOR, parse_request, request_id_for
 from medic.store import SqlStore, create_store
 from medic.testing import FakeClock

@@ -30,7 +30,6 @@ from medic.cli.common import State
 from medic.config.settings import ControllerSettings, Settings
 from medic.control.executor import Controller
 from medic.control.remote import run_controller
-from medic.control.services import Services
 from medic.domain.actions import ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind
@@ -41,6 +40,7 @@ from medic.domain.ids import JobId, NodeName
 from medic.errors import ConfigError
 from medic.ports import Scheduler
 from medic.remote import MedicApiClient
+from medic.services import Services
 from medic.telemetry.metrics import NullMetrics
 from medic.testing import LiveServer
 

@@ -7,13 +7,13 @@ Issue 10 (deliver 4) and issue 11 (defect 1), on the simulated cluster in virtua
 from __future__ import annotations
 
 from medic.config.settings import RepairSettings
-from medic.control.repair_alerts import resolve_by_person
 from medic.domain.actions import ActionKind, ActionStatus
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import JobState, Mode, NodeState
 from medic.domain.faults import FaultKind
 from medic.domain.ids import NodeName
 from medic.domain.repairs import AlertState, RepairPolicy, RepairState
+from medic.repair.alerts import resolve_by_person
 
 from .conftest import MakeHarness
 from .test_repairs_rig import Rig, rig

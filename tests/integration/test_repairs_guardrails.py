@@ -5,7 +5,6 @@ auto-resolve, and the scheduler's own node states (observed, never overridden)."
 from __future__ import annotations
 
 from medic.config.settings import SimSettings
-from medic.control import repair_policy
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import NodeState
 from medic.domain.diagnosis import Severity
@@ -19,6 +18,7 @@ from medic.domain.repairs import (
     RepairPolicy,
     RepairState,
 )
+from medic.repair import policy_changes as repair_policy
 from medic.schedulers.hooks import HookNodeProvider
 from medic.schedulers.sim import SimCluster
 

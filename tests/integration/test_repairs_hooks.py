@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from medic.config.settings import RepairSettings, SimSettings
-from medic.control.validation import ValidationCheck, parse_validation_commands
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import NodeState
 from medic.domain.ids import NodeName
 from medic.domain.repairs import RepairAction, RepairPolicy, RepairState
+from medic.repair.validation import ValidationCheck, parse_validation_commands
 from medic.schedulers.hooks import HookNodeProvider, hook_commands, render, run_command
 from medic.schedulers.sim import SimCluster
 from medic.testing import FakeClock

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from medic.config.settings import RepairSettings
-from medic.control import intake, repair_decisions
-from medic.control.repairs import RepairEngine
 from medic.domain.advice import AdviceAction
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, JobState, Mode, NodeState
@@ -36,6 +34,9 @@ from medic.domain.repairs import (
 )
 from medic.errors import TransientError
 from medic.ports import Clock, Scheduler
+from medic.repair import decisions as repair_decisions
+from medic.repair import intake
+from medic.repair.engine import RepairEngine
 from medic.schedulers.hooks import run_command
 from medic.schedulers.sim import SimNodeProvider
 from medic.schedulers.slurm.adapter import is_opted_in

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 
 from medic.config.settings import RepairSettings
-from medic.control import repair_decisions
-from medic.control.lifecycle import PassView
-from medic.control.repairs import RepairEngine
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState, Mode, NodeState
 from medic.domain.ids import JobId, NodeName
 from medic.domain.repairs import RepairAction, RepairPolicy, RepairState
+from medic.repair import decisions as repair_decisions
+from medic.repair.engine import RepairEngine
+from medic.repair.lifecycle import PassView
 from medic.schedulers.hooks import run_command
 
 from .conftest import Crash, MakeHarness

@@ -3,7 +3,6 @@ provider that has nothing to run for it (Slurm without ``repair.remove_command``
 
 from __future__ import annotations
 
-from medic.control import intake, repair_decisions
 from medic.domain.cluster import NodeState
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import NodeName
@@ -16,6 +15,8 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
+from medic.repair import decisions as repair_decisions
+from medic.repair import intake
 from medic.schedulers.sim import SimNodeProvider
 
 from .conftest import CLUSTER, MakeHarness

@@ -16,12 +16,12 @@ from datetime import datetime
 import pytest
 
 from medic.config.settings import RepairSettings
-from medic.control.leases import LEASE_SECONDS
-from medic.control.repairs import RepairEngine
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import NodeState
 from medic.domain.repairs import Repair, RepairAction, RepairPolicy, RepairState
 from medic.ports import NodeProvider
+from medic.repair.engine import RepairEngine
+from medic.repair.leases import LEASE_SECONDS
 from medic.schedulers.hooks import HookNodeProvider, run_command
 from medic.schedulers.sim import SimCluster
 

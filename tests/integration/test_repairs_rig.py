@@ -13,7 +13,6 @@ from pathlib import Path
 
 from medic.config.settings import RepairSettings, Settings, SimSettings, StoreSettings
 from medic.control.loop import ControlLoop
-from medic.control.repairs import RepairEngine
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import Mode, NodeState
@@ -27,6 +26,7 @@ from medic.domain.repairs import (
     RepairState,
 )
 from medic.ports import NodeProvider
+from medic.repair.engine import RepairEngine
 from medic.schedulers.hooks import HookNodeProvider, run_command
 from medic.schedulers.sim import SimCluster
 from medic.telemetry.metrics import PrometheusMetrics

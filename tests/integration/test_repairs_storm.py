@@ -13,7 +13,7 @@ from medic.domain.audit import AuditKind
 from medic.domain.cluster import JobState, Mode
 from medic.domain.ids import NodeName
 from medic.domain.repairs import RepairPolicy, RepairState
-from medic.policy.guards import budget_limit, pool_limit
+from medic.repair.rules.guards import budget_limit, pool_limit
 
 from .conftest import CLUSTER, SIM, MakeHarness
 from .test_repairs_rig import rig

@@ -21,7 +21,6 @@ from medic.config.settings import (
     SlurmSettings,
 )
 from medic.control.loop import ControlLoop
-from medic.control.repairs import RepairEngine
 from medic.detect.matcher import SignatureDiagnoser
 from medic.dev.slurm import LocalSlurm, SlurmEnv
 from medic.domain.audit import AuditKind
@@ -29,6 +28,7 @@ from medic.domain.cluster import Mode, NodeState
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import AlertState, RepairAction, RepairPolicy, RepairState
 from medic.errors import MedicError
+from medic.repair.engine import RepairEngine
 from medic.schedulers.hooks import HookNodeProvider, run_command
 from medic.schedulers.slurm import LocalRunner, SlurmLogSource, SlurmNodeProvider, SlurmScheduler
 from medic.store import SqlStore, create_store

@@ -37,9 +37,6 @@ import pytest
 from api.auth_kit import bearer, grant
 from medic.api.app import create_app
 from medic.config.loading import load_settings
-from medic.control import repair_decisions
-from medic.control.repairs import RepairEngine
-from medic.control.services import Services
 from medic.dev.slurm import LocalSlurm, SlurmEnv
 from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.auth import Role
@@ -52,6 +49,9 @@ from medic.domain.repairs import (
     RepairPolicy,
     RepairState,
 )
+from medic.repair import decisions as repair_decisions
+from medic.repair.engine import RepairEngine
+from medic.services import Services
 from medic.store import SqlStore
 from medic.telemetry.metrics import PrometheusMetrics
 from medic.testing import LiveServer

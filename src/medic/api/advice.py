@@ -34,13 +34,13 @@ from medic.api.schemas import (
     AuditOut,
     ReconciliationIn,
 )
-from medic.control.services import Services
 from medic.domain.actions import ActionRecord, ActionStatus
 from medic.domain.advice import Advice
 from medic.domain.audit import AuditEvent
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, InputError, NotFoundError
+from medic.services import Services
 
 __all__ = ["CONTROLLER_PREFIX", "router"]
 

@@ -8,8 +8,8 @@ repair action is mapped to (recorded and listed, never repaired).
 
 The source is ``agent`` for a ``detector`` named ``agent:...``, ``detector`` otherwise; times are
 the API's clock, never the caller's. ``mapped_action`` is the lightest repair for the signal
-(``medic.policy.lightest.mapped_action``, the same mapping the repair engine applies), stored so
-that ``unmapped=true`` lists exactly the alerts no repair will ever come from.
+(``medic.repair.rules.lightest.mapped_action``, the same mapping the repair engine applies), stored
+so that ``unmapped=true`` lists exactly the alerts no repair will ever come from.
 
 **Who posts**: a detector's token (or an admin's), and only as itself: ``detector`` must be the
 token's name or a name under it (``<token name>:<part>``), so one token named ``agent`` serves
@@ -35,14 +35,14 @@ from medic.api.auth import READERS, require
 from medic.api.openapi import problems
 from medic.api.problems import Forbidden
 from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
-from medic.control.repair_alerts import RepairStores, resolve_by_person
-from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState
 from medic.errors import NotFoundError, TransientError
-from medic.policy.lightest import mapped_action
 from medic.ports import RepairStore
+from medic.repair.alerts import RepairStores, resolve_by_person
+from medic.repair.rules.lightest import mapped_action
+from medic.services import Services
 
 __all__ = ["router"]
 

@@ -40,9 +40,9 @@ from medic.api.schemas_auth import (
 from medic.api.session import router as session_router
 from medic.config.settings import ApiSettings, Settings
 from medic.console import mount_console
-from medic.control.services import Services
 from medic.control.tasks import LoopThread
 from medic.errors import MedicError, StoreError
+from medic.services import Services
 
 __all__ = ["create_app"]
 

@@ -54,7 +54,6 @@ from medic.api.schemas_auth import (
     TokenIn,
     TokenOut,
 )
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import (
     Principal,
@@ -67,6 +66,7 @@ from medic.domain.auth import (
 )
 from medic.errors import MedicError, NotFoundError, TransientError
 from medic.ports import Store, TokenStore
+from medic.services import Services
 
 __all__ = [
     "CSRF_HEADER",

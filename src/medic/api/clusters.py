@@ -39,7 +39,6 @@ from medic.api.schemas_clusters import (
     RepairCountsOut,
 )
 from medic.api.schemas_repairs import BreakerOut
-from medic.control.services import Services
 from medic.domain.attempts import Attempt
 from medic.domain.cluster import Job, Node
 from medic.domain.ids import ClusterName, JobId
@@ -47,6 +46,7 @@ from medic.domain.repairs import NodeHealth, NodeHealthEntry
 from medic.errors import NotFoundError
 from medic.measure import Goodput, Interval, goodput, goodput_series, intervals
 from medic.ports import ModeStore, RepairStore, Store
+from medic.services import Services
 
 __all__ = ["router"]
 

@@ -26,13 +26,13 @@ from medic.api.schemas_auth import (
     ModesIn,
     ModesOut,
 )
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName
 from medic.domain.modes import ClusterModes
 from medic.errors import TransientError
 from medic.ports import ModeStore
+from medic.services import Services
 
 __all__ = ["router"]
 

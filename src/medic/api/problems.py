@@ -30,7 +30,6 @@ from medic.api.denials import DenialLimiter, Summary
 from medic.api.schemas import (
     Problem,
 )
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.errors import (
     ConfigError,
@@ -43,6 +42,7 @@ from medic.errors import (
     StoreError,
     TransientError,
 )
+from medic.services import Services
 
 __all__ = [
     "PROBLEM_MEDIA_TYPE",

@@ -16,7 +16,7 @@ GET      /api/v1/breaker?cluster=            the cluster's circuit breaker
 POST     /api/v1/breaker/reset               a person closes a tripped breaker (audited)
 =======  ==================================  =====================================================
 
-The rules live in :mod:`medic.control.intake`; this module maps HTTP onto it. Errors are medic
+The rules live in :mod:`medic.repair.intake`; this module maps HTTP onto it. Errors are medic
 errors turned into problem+json by ``medic.api.problems``: a guardrail (budget, detector cap,
 cooldown, breaker) is ``SafetyBudgetExceeded`` (409 ``budget_exceeded``), an open repair on the
 node a ``ConflictError`` (409), a detector acting as a person ``PolicyViolation`` (403
@@ -28,7 +28,7 @@ Times are the API's clock, never the caller's.
 detector's, operator's or admin's token (a person's request waits for approval like before);
 decisions and the breaker reset an operator's, the repair policy an admin's, reads a viewer's.
 A detector's request is approved automatically only when the repair policy trusts its token's
-name (``trusted_detectors``); otherwise it waits for a person (``medic.policy.approval``).
+name (``trusted_detectors``); otherwise it waits for a person (``medic.repair.rules.approval``).
 The body's ``requested_by``/``requester_kind`` (a request) and ``actor``/``actor_kind`` (a
 decision) are optional; when given they must name the principal (a bare name takes the
 principal's kind), else 403 ``forbidden``, audited as ``access-denied``.
@@ -57,17 +57,6 @@ from medic.api.schemas_repairs import (
     RepairPolicyIn,
     RepairPolicyOut,
 )
-from medic.control.actors import Actor, EvidenceRequired
-from medic.control.intake import submit_repair
-from medic.control.intake_common import IntakeStore, node_pools
-from medic.control.repair_decisions import (
-    approve_repair,
-    cancel_repair,
-    change_action,
-    reject_repair,
-)
-from medic.control.repair_policy import put_policy, reset_breaker
-from medic.control.services import Services
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import (
@@ -78,6 +67,17 @@ from medic.domain.repairs import (
     RequesterKind,
 )
 from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
+from medic.repair.actors import Actor, EvidenceRequired
+from medic.repair.decisions import (
+    approve_repair,
+    cancel_repair,
+    change_action,
+    reject_repair,
+)
+from medic.repair.intake import submit_repair
+from medic.repair.intake_common import IntakeStore, node_pools
+from medic.repair.policy_changes import put_policy, reset_breaker
+from medic.services import Services
 
 __all__ = ["router"]
 
@@ -154,7 +154,7 @@ def _location(response: Response, repair_id: int) -> None:
 def post_repair(
     request: Request, response: Response, body: RepairIn, principal: Requester
 ) -> RepairOut:
-    """Ask for one repair of one node (see :func:`medic.control.intake.submit_repair`)."""
+    """Ask for one repair of one node (see :func:`medic.repair.intake.submit_repair`)."""
     actor = _actor(principal, body.requested_by, body.requester_kind)
     services = _services(request)
     store = _store(services)

@@ -35,12 +35,12 @@ from medic.api.schemas import (
     TimelineOut,
     VerdictOut,
 )
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, AuditOrder, SubjectType
 from medic.domain.auth import Role
 from medic.domain.cluster import Job
 from medic.domain.ids import ClusterName, JobId
 from medic.errors import InputError, NotFoundError
+from medic.services import Services
 
 __all__ = ["router"]
 

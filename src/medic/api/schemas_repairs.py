@@ -29,8 +29,8 @@ from medic.domain.repairs import (
     ValidationResult,
     WaitMode,
 )
-from medic.policy.waiting import MAX_WAIT_CAP_SECONDS
-from medic.policy.xid_classes import XID_CLASSES
+from medic.repair.rules.waiting import MAX_WAIT_CAP_SECONDS
+from medic.repair.rules.xid_classes import XID_CLASSES
 
 # --- node health alerts (agent and detectors) -------------------------------------------------
 AlertKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-z0-9_.:-]+$")]
@@ -272,7 +272,7 @@ names, out of the generators' reach, are not stated)."""
 
 class RepairPolicyIn(ActorIn):
     """A cluster's whole repair policy (a field left out takes its default). Ranges, known
-    actions and Xid codes are checked by ``medic.control.repair_policy.check_policy``; the
+    actions and Xid codes are checked by ``medic.repair.policy_changes.check_policy``; the
     fields state the same bounds for the OpenAPI document (``tests/api/test_request_schemas.py``
     holds the two together)."""
 

@@ -34,10 +34,10 @@ from medic.api.schemas_auth import (
     SessionIn,
     SessionOut,
 )
-from medic.control.services import Services
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import SESSION_TTL, Principal, Session, hash_secret
 from medic.errors import MedicError
+from medic.services import Services
 
 __all__ = ["router"]
 

@@ -16,10 +16,10 @@ import typer
 from medic.api.schemas_repairs import AlertOut
 from medic.cli.common import emit, settings_of
 from medic.cli.tokens import who
-from medic.control.repair_alerts import resolve_by_person
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import AlertState
 from medic.errors import NotFoundError
+from medic.repair.alerts import resolve_by_person
 from medic.wiring import SystemClock, open_store
 
 __all__ = ["register"]

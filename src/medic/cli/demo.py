@@ -19,10 +19,10 @@ from rich.live import Live
 from rich.table import Table
 
 from medic.cli.common import settings_of
-from medic.control.services import Services
 from medic.control.tasks import LoopThread
 from medic.demo import DemoDriver
 from medic.ports import RepairStore
+from medic.services import Services
 from medic.wiring import build
 
 __all__ = ["DEMO_OVERRIDES", "register"]

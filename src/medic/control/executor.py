@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from medic.control.exclusions import note_added
+from medic.control.exclusion_ledger import note_added
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
@@ -261,7 +261,7 @@ class Controller:
     def _exclude(self, advice: Advice, excluded: frozenset[NodeName]) -> None:
         """Add ``excluded`` to the job's exclusions and record, one ledger row per node, those
         medic added (not the job's own): only those are taken off again once their node is back
-        in service (:mod:`medic.control.exclusions`)."""
+        in service (:mod:`medic.repair.exclusions`)."""
         before = self._scheduler.get_job(advice.job_id).excluded_nodes
         self._scheduler.set_excluded_nodes(advice.job_id, excluded | before)
         note_added(self._ledger, advice, excluded - before, self._clock.now())

@@ -55,7 +55,7 @@ class PassReport:
 
 
 class NodeRepairs(Protocol):
-    """Node auto-repair as the loop sees it (``medic.control.repairs.RepairEngine``)."""
+    """Node auto-repair as the loop sees it (``medic.repair.engine.RepairEngine``)."""
 
     def run_pass(
         self,

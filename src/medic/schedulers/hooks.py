@@ -16,7 +16,7 @@ asking for a new boot (a rebuilt machine may keep its boot id as far as medic ca
 command that fails, cannot start or outlives ``repair.hook_timeout_seconds`` fails the repair
 (``PermanentError``): a half-done reprovision is never retried blindly.
 
-:func:`run_command` is also the runner of the validation suite (``medic.control.validation``).
+:func:`run_command` is also the runner of the validation suite (``medic.repair.validation``).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class PrometheusMetrics:
         """Count a pass stage (observe, evaluate, act) that raised."""
         self._loop_errors.labels(stage=stage).inc()
 
-    # --- node repair (``medic.control.lifecycle.RepairMetrics``) -------------------------------
+    # --- node repair (``medic.repair.lifecycle.RepairMetrics``) -------------------------------
     def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
         """Count an alert that started firing; an unmapped one is counted apart too."""
         self._alerts.labels(cluster=cluster, key=key).inc()

@@ -26,7 +26,6 @@ from unittest import mock
 import medic.wiring as wiring
 from medic.config.loading import load_settings
 from medic.config.settings import Settings, SlurmSettings
-from medic.control.services import Services
 from medic.control.tasks import LoopThread
 from medic.dev.slurm import LocalSlurm, SlurmEnv
 from medic.domain.actions import ActionRecord, ActionStatus
@@ -35,6 +34,7 @@ from medic.domain.audit import AuditEvent
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import ClusterName, JobId
 from medic.schedulers.slurm import CommandResult, CommandRunner
+from medic.services import Services
 from medic.wiring import build
 
 __all__ = [

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from medic.control.leases import LEASE_SECONDS, RENEW_SECONDS, Leases
-from medic.control.steps import RECOVERED, StepOutcome, read_record
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Repair, RepairAction, RepairState, RequesterKind
 from medic.errors import ConflictError, StoreError
+from medic.repair.leases import LEASE_SECONDS, RENEW_SECONDS, Leases
+from medic.repair.steps import RECOVERED, StepOutcome, read_record
 from medic.testing import FakeClock
 
 T0 = datetime(2026, 12, 7, tzinfo=UTC)

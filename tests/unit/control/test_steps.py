@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from medic.control.steps import Steps
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Repair, RepairAction, RepairState, RequesterKind
 from medic.errors import PermanentError, TransientError
+from medic.repair.steps import Steps
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 REPAIR = Repair(

@@ -7,10 +7,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from medic.control.steps import Steps
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Repair, RepairAction, RepairState, RequesterKind
+from medic.repair.steps import Steps
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""Clear windows of alerts, cordons and their return (``medic.policy.clearing``)."""
+"""Clear windows of alerts, cordons and their return (``medic.repair.rules.clearing``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.clearing import (
+from medic.repair.rules.clearing import (
     ClearWindows,
     clear_window,
     cordon_alert_id,

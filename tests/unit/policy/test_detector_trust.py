@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from medic.control.repair_policy import check_policy
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import (
     RepairAction,
@@ -18,7 +17,8 @@ from medic.domain.repairs import (
     RequesterKind,
 )
 from medic.errors import InputError
-from medic.policy.approval import approval_text, approve, trusted_as
+from medic.repair.policy_changes import check_policy
+from medic.repair.rules.approval import approval_text, approve, trusted_as
 
 PENDING, APPROVED = RepairState.PENDING_APPROVAL, RepairState.APPROVED
 API, SCHEDULER = RequestChannel.API, RequestChannel.SCHEDULER

@@ -21,7 +21,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.guards import (
+from medic.repair.rules.guards import (
     Slot,
     breaker_should_trip,
     budget_limit,

@@ -17,7 +17,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.ladder import LADDER, Escalation, escalate, gate_migration, heavier, weight
+from medic.repair.rules.ladder import LADDER, Escalation, escalate, gate_migration, heavier, weight
 
 T0 = datetime(2026, 1, 8, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

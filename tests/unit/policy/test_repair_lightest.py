@@ -12,7 +12,7 @@ from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Seve
 from medic.domain.ids import ClusterName, JobId, NodeName, SignatureId
 from medic.domain.repairs import Alert, AlertSource, RepairAction
 from medic.errors import InputError
-from medic.policy.lightest import (
+from medic.repair.rules.lightest import (
     AGENT_ACTIONS,
     NODE_ACTIONS,
     alert_from_detection,
@@ -22,7 +22,7 @@ from medic.policy.lightest import (
     printed_action,
     xid_action,
 )
-from medic.policy.xid_classes import XID_CLASSES
+from medic.repair.rules.xid_classes import XID_CLASSES
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

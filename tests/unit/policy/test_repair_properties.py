@@ -23,10 +23,10 @@ from medic.domain.repairs import (
     RequestChannel,
     RequesterKind,
 )
-from medic.policy.approval import approve, trusted_as
-from medic.policy.guards import budget_limit, has_evidence, within_budget
-from medic.policy.ladder import escalate, weight
-from medic.policy.recommend import Recommendation, recommend
+from medic.repair.rules.approval import approve, trusted_as
+from medic.repair.rules.guards import budget_limit, has_evidence, within_budget
+from medic.repair.rules.ladder import escalate, weight
+from medic.repair.rules.recommend import Recommendation, recommend
 
 T0 = datetime(2026, 1, 8, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

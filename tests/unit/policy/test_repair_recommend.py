@@ -22,10 +22,10 @@ from medic.domain.repairs import (
     RequestChannel,
     RequesterKind,
 )
-from medic.policy.admit import admit
-from medic.policy.approval import approve
-from medic.policy.guards import has_evidence
-from medic.policy.recommend import Recommendation, Skip, recommend
+from medic.repair.rules.admission import admit
+from medic.repair.rules.approval import approve
+from medic.repair.rules.guards import has_evidence
+from medic.repair.rules.recommend import Recommendation, Skip, recommend
 
 T0 = datetime(2026, 1, 8, tzinfo=UTC)
 CLUSTER = ClusterName("c1")

@@ -21,7 +21,7 @@ from medic.domain.repairs import (
     RequesterKind,
     WaitMode,
 )
-from medic.policy.waiting import (
+from medic.repair.rules.waiting import (
     critical_alert_nodes,
     deadline,
     job_placement_exclusions,

@@ -21,7 +21,7 @@ text. With ``detector=`` the request is that detector's; without it the request 
 a node can write ``detector=<any name>``. So every request parsed here is marked
 :attr:`~medic.domain.repairs.RequestChannel.SCHEDULER`, and a detector's waits for a person
 even when the repair policy trusts that name, unless the policy explicitly trusts requests from
-the scheduler (``trust_scheduler_requests``, off by default; see ``medic.control.intake``). A
+the scheduler (``trust_scheduler_requests``, off by default; see ``medic.repair.intake``). A
 detector that should be trusted asks through the API, with its own token.
 
 ``alert_keys`` name ``slurm:drain``: the node drained by someone else is the failed check a

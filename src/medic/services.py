@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from medic.config.settings import Settings
 from medic.control.loop import ControlLoop
-from medic.control.repairs import RepairEngine
 from medic.domain.ids import ClusterName
 from medic.ports import Clock, FaultInjector, LogSource, Metrics, Scheduler, Store, Workload
+from medic.repair.engine import RepairEngine
 
 __all__ = ["Services"]
 

@@ -1,17 +1,17 @@
 """Cordons: in act mode, a node with direct evidence of a fault leaves the pool at once.
 
-Each repair pass, after the alerts are read and the repairs moved (:mod:`medic.control.repairs`):
+Each repair pass, after the alerts are read and the repairs moved (:mod:`medic.repair.engine`):
 
-- **cordon** (:func:`~medic.policy.clearing.cordon_nodes`): a node in act mode, in service, with
-  direct evidence of a fault firing (:func:`~medic.policy.clearing.is_cordon_alert`) and no
-  repair past approval on it is drained with ``medic: cordon alert <id> <key>: <summary>``.
+- **cordon** (:func:`~medic.repair.rules.clearing.cordon_nodes`): a node in act mode, in service,
+  with direct evidence of a fault firing (:func:`~medic.repair.rules.clearing.is_cordon_alert`) and
+  no repair past approval on it is drained with ``medic: cordon alert <id> <key>: <summary>``.
   Slurm's drain lets the running jobs finish: no job is killed. Once per firing episode of that
   alert: the step's ledger key names the alert and the episode, so a person who resumes the
   node by hand while the alert still fires has the last word (the node is not drained again
   until the alert clears and fires anew);
-- **return** (:func:`~medic.policy.clearing.cordon_lifts`): a cordoned node on which no such alert
-  fires any more (it cleared, its repair resolved it, a person resolved it) is resumed. A repair
-  that starts replaces the cordon by its own drain and lifts that when it is done.
+- **return** (:func:`~medic.repair.rules.clearing.cordon_lifts`): a cordoned node on which no such
+  alert fires any more (it cleared, its repair resolved it, a person resolved it) is resumed. A
+  repair that starts replaces the cordon by its own drain and lifts that when it is done.
 
 Each drain and resume is written to the ledger (``drain_node`` / ``resume_node``, node-scoped)
 and audited before and after (``node-cordoned`` / ``node-returned`` with the outcome). A failing
@@ -24,14 +24,14 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from medic.control.repair_alerts import PassView, RepairStores, repair_event
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert
 from medic.errors import MedicError
-from medic.policy.clearing import cordon_alert_id, cordon_lifts, cordon_nodes, cordon_reason
 from medic.ports import Scheduler
+from medic.repair.alerts import PassView, RepairStores, repair_event
+from medic.repair.rules.clearing import cordon_alert_id, cordon_lifts, cordon_nodes, cordon_reason
 
 __all__ = ["Cordons"]
 

@@ -1,6 +1,6 @@
 """The last steps of a repair: rejoining, revalidation, and lifting medic's drain.
 
-:class:`ReturnToService` is used by :class:`~medic.control.lifecycle.Lifecycle` (through
+:class:`ReturnToService` is used by :class:`~medic.repair.lifecycle.Lifecycle` (through
 :class:`LifecycleOps`) for:
 
 - **rejoining**: ``NodeProvider.rejoined``, else failed after ``rejoin_timeout_seconds`` (the node
@@ -14,7 +14,7 @@
 - **done**: the engine whose compare-and-set finished the repair lifts medic's drain (never
   someone else's); :meth:`~ReturnToService.sweep` lifts one a finished repair left behind.
 
-The suite itself and its verdict live in :mod:`medic.control.validation`.
+The suite itself and its verdict live in :mod:`medic.repair.validation`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from medic.config.settings import RepairSettings
-from medic.control.steps import Steps
-from medic.control.validation import VALIDATION_ALERT, Validator, failure_alert, result_payload
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, REQUEST_PREFIX, is_medic_reason
 from medic.domain.repairs import (
@@ -40,9 +38,11 @@ from medic.domain.repairs import (
 )
 from medic.errors import MedicError
 from medic.ports import NodeProvider, Scheduler
+from medic.repair.steps import Steps
+from medic.repair.validation import VALIDATION_ALERT, Validator, failure_alert, result_payload
 
 if TYPE_CHECKING:
-    from medic.control.repair_alerts import PassView, RepairStores
+    from medic.repair.alerts import PassView, RepairStores
 
 __all__ = [
     "OUT_OF_SERVICE",
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 
 class LifecycleOps(Protocol):
-    """What the return to service uses of :class:`~medic.control.lifecycle.Lifecycle`."""
+    """What the return to service uses of :class:`~medic.repair.lifecycle.Lifecycle`."""
 
     def move(
         self,

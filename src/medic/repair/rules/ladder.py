@@ -25,7 +25,7 @@ from typing import NamedTuple
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertState, Repair, RepairAction, RepairState
-from medic.policy.guards import Check
+from medic.repair.rules.guards import Check
 
 __all__ = [
     "ESCALATION_REPEATS",

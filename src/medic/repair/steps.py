@@ -17,9 +17,9 @@ hooks and validation commands only run processes.
 
 What runs lives only in this process; what was asked for is durable. ``repair-step-started`` is
 in the trail before a command is issued and its outcome after, so an engine that takes a repair
-over (its engine stopped mid-step, :mod:`medic.control.leases`) reads the step back with
+over (its engine stopped mid-step, :mod:`medic.repair.leases`) reads the step back with
 :func:`read_record`: never started, started with no outcome (in doubt: the engine stopped, or
-abandoned it), succeeded, failed, or refused for good. :mod:`medic.control.execution` decides
+abandoned it), succeeded, failed, or refused for good. :mod:`medic.repair.execution` decides
 from that and the node. Threads are daemons so that stopping medic never waits for an
 operator's hook.
 """

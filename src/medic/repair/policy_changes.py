@@ -15,15 +15,15 @@ import re
 from dataclasses import replace
 from datetime import datetime
 
-from medic.control.actors import Actor, as_person
-from medic.control.intake_common import IntakeStore, audit_event
 from medic.domain.audit import AuditKind
 from medic.domain.auth import Role, check_token_name
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import Breaker, RepairAction, RepairPolicy
 from medic.errors import ConflictError, InputError
-from medic.policy.waiting import MAX_WAIT_CAP_SECONDS
-from medic.policy.xid_classes import XID_CLASSES
+from medic.repair.actors import Actor, as_person
+from medic.repair.intake_common import IntakeStore, audit_event
+from medic.repair.rules.waiting import MAX_WAIT_CAP_SECONDS
+from medic.repair.rules.xid_classes import XID_CLASSES
 
 __all__ = ["check_policy", "put_policy", "reset_breaker"]
 

@@ -2,25 +2,25 @@
 
 - **approved -> cordoned**: a failed check still firing (a person's request was checked when
   admitted), the breaker closed for a repair approved automatically (a tripped one holds it),
-  and room in the concurrency budget (:func:`~medic.policy.guards.within_budget`: a working
+  and room in the concurrency budget (:func:`~medic.repair.rules.guards.within_budget`: a working
   slot, or a waiting one when its node runs jobs); the node is drained with
   ``medic: repair <id> <action>`` (someone else's drain fails the repair: never overridden);
-- **-> waiting_for_idle -> draining**: :func:`~medic.policy.waiting.wait_decision` (idle, the
+- **-> waiting_for_idle -> draining**: :func:`~medic.repair.rules.waiting.wait_decision` (idle, the
   deadline, or every managed job's next checkpoint in ``checkpoint`` mode) and a working slot
   free; the interrupted jobs are stored on the repair and each gets a ``repair-job-interrupted``
   event saying why; each one still on the node is requeued held, the node excluded, and
   released;
 - **-> executing**: the boot id is stored, then ``NodeProvider.execute`` off the loop, and an
   action its engine left unfinished (killed, restarted) is finished from the step record and the
-  node: :mod:`medic.control.execution`;
+  node: :mod:`medic.repair.execution`;
 - **-> rejoining -> validating -> done / failed**: the return to service,
-  :class:`medic.control.return_to_service.ReturnToService`.
+  :class:`medic.repair.return_to_service.ReturnToService`.
 
 Every state change is a compare-and-set (``transition_repair``): when another engine moved the
 repair first, this one leaves it alone. The engine that moves a repair owns it: it holds a lease
 on it in the store, renewed every pass, and only the owner does the work of the cordoned,
 draining, executing and validating states; another engine takes a repair over once its lease
-ran out (:mod:`medic.control.leases`), within seconds of its engine stopping. Each change is
+ran out (:mod:`medic.repair.leases`), within seconds of its engine stopping. Each change is
 audited (``repair-transition``) and each command before and after (``repair-step-started`` /
 ``-succeeded`` / ``-failed``).
 """
@@ -33,13 +33,6 @@ from datetime import datetime
 from typing import Any
 
 from medic.config.settings import RepairSettings
-from medic.control.evacuate import Evacuation
-from medic.control.execution import EXECUTE, Execution
-from medic.control.leases import Leases
-from medic.control.repair_alerts import PassView, RepairMetrics, RepairStores, repair_event
-from medic.control.return_to_service import ReturnToService, foreign
-from medic.control.steps import Steps
-from medic.control.validation import VALIDATION_ALERT, Validator
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, Job, NodeState
 from medic.domain.ids import JobId, NodeName
@@ -55,7 +48,13 @@ from medic.domain.repairs import (
     WaitMode,
 )
 from medic.errors import ConflictError, MedicError, NotFoundError, PermanentError
-from medic.policy.guards import (
+from medic.ports import NodeProvider, Scheduler
+from medic.repair.alerts import PassView, RepairMetrics, RepairStores, repair_event
+from medic.repair.evacuate import Evacuation
+from medic.repair.execution import EXECUTE, Execution
+from medic.repair.leases import Leases
+from medic.repair.return_to_service import ReturnToService, foreign
+from medic.repair.rules.guards import (
     AUTO_APPROVER,
     RULE_BUDGET,
     RULE_EVIDENCE,
@@ -64,8 +63,9 @@ from medic.policy.guards import (
     has_evidence,
     within_budget,
 )
-from medic.policy.waiting import RULE_WAIT_TIMEOUT, deadline, running_jobs, wait_decision
-from medic.ports import NodeProvider, Scheduler
+from medic.repair.rules.waiting import RULE_WAIT_TIMEOUT, deadline, running_jobs, wait_decision
+from medic.repair.steps import Steps
+from medic.repair.validation import VALIDATION_ALERT, Validator
 
 __all__ = ["Lifecycle", "PassView"]
 

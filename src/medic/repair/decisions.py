@@ -1,7 +1,7 @@
 """People's decisions on a repair: approve, reject, cancel and change its action.
 
-The second half of repair intake (:mod:`medic.control.intake` takes the requests; the repair
-policy and the breaker reset are in :mod:`medic.control.repair_policy`): each decision is a
+The second half of repair intake (:mod:`medic.repair.intake` takes the requests; the repair
+policy and the breaker reset are in :mod:`medic.repair.policy_changes`): each decision is a
 compare-and-set transition, audited with who, when and the rule; only people decide (a detector
 acting as one is a ``PolicyViolation``). The audit event's actor is the person who decided
 (``user:NAME``, the API token's), never the engine; the repair keeps ``approved_by`` and the
@@ -13,8 +13,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from medic.control.actors import Actor, IdentityViolation, as_person
-from medic.control.intake_common import IntakeStore, audit_event, get_repair
 from medic.domain.audit import AuditKind
 from medic.domain.repairs import (
     TRANSITIONS,
@@ -24,9 +22,11 @@ from medic.domain.repairs import (
     RepairUpdate,
 )
 from medic.errors import ConflictError, InputError
-from medic.policy.ladder import gate_migration
-from medic.policy.waiting import deadline
 from medic.ports import RepairStore
+from medic.repair.actors import Actor, IdentityViolation, as_person
+from medic.repair.intake_common import IntakeStore, audit_event, get_repair
+from medic.repair.rules.ladder import gate_migration
+from medic.repair.rules.waiting import deadline
 
 __all__ = [
     "approve_repair",

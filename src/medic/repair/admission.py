@@ -1,24 +1,24 @@
 """Whether a detector's or a person's new repair request is admitted now, and in which state.
 
-Steps 3 to 6 of :func:`medic.control.intake.submit_repair` (the intake has checked who asks and
+Steps 3 to 6 of :func:`medic.repair.intake.submit_repair` (the intake has checked who asks and
 that the request is new):
 
 - a detector's own failed check is recorded as a firing alert (source ``detector``, key
   ``detector:<name>:<check or action>``) and named as the request's evidence; the alert maps to no
   action, so medic never repairs the node on it by itself;
-- :func:`medic.policy.admit.admit`: evidence gate, detector cap, one open repair per node,
+- :func:`medic.repair.rules.admission.admit`: evidence gate, detector cap, one open repair per node,
   migration gate;
 - a detector's request is never admitted in its node's cooldown. The policy trusts the detector
-  (:func:`medic.policy.approval.approve`: ``trusted_detectors``; a name from a Slurm drain reason
-  or comment only with ``trust_scheduler_requests``): approved automatically, so it must fit now
-  (breaker closed, within the concurrency budget). Otherwise it waits for a person like a
+  (:func:`medic.repair.rules.approval.approve`: ``trusted_detectors``; a name from a Slurm drain
+  reason or comment only with ``trust_scheduler_requests``): approved automatically, so it must fit
+  now (breaker closed, within the concurrency budget). Otherwise it waits for a person like a
   person's request (the budget is checked when it is about to start, the breaker does not stop
   a person's approval);
 - a person's request waits for approval unless the policy approves its action class or Xid
   automatically (breaker closed); removal always waits.
 
-A refusal raises :class:`~medic.control.actors.GuardrailRefused`,
-:class:`~medic.control.actors.EvidenceRequired` or :class:`~medic.control.actors.RepairInProgress`;
+A refusal raises :class:`~medic.repair.actors.GuardrailRefused`,
+:class:`~medic.repair.actors.EvidenceRequired` or :class:`~medic.repair.actors.RepairInProgress`;
 the intake audits it.
 """
 
@@ -28,8 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from medic.control.actors import EvidenceRequired, GuardrailRefused, RepairInProgress
-from medic.control.intake_common import HOUR, IntakeStore, detector_alert_key
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import NodeName
 from medic.domain.repairs import (
@@ -45,23 +43,25 @@ from medic.domain.repairs import (
     RequesterKind,
 )
 from medic.errors import InputError
-from medic.policy.admit import admit
-from medic.policy.approval import (
+from medic.ports import RepairStore
+from medic.repair.actors import EvidenceRequired, GuardrailRefused, RepairInProgress
+from medic.repair.intake_common import HOUR, IntakeStore, detector_alert_key
+from medic.repair.rules.admission import admit
+from medic.repair.rules.approval import (
     RULE_BREAKER_TRIPPED,
     RULE_DETECTOR_UNAUTHENTICATED,
     RULE_DETECTOR_UNTRUSTED,
     approval_text,
     approve,
 )
-from medic.policy.guards import (
+from medic.repair.rules.guards import (
     RULE_BUDGET,
     RULE_COOLDOWN,
     RULE_EVIDENCE,
     in_cooldown,
     within_budget,
 )
-from medic.policy.recommend import RULE_OPEN_REPAIR, Recommendation, Skip
-from medic.ports import RepairStore
+from medic.repair.rules.recommend import RULE_OPEN_REPAIR, Recommendation, Skip
 
 __all__ = ["Decision", "decide"]
 

@@ -1,15 +1,15 @@
 """A repair's action on its node (the ``executing`` state), and finishing one its engine left.
 
 The engine that drained the node recorded the node's boot id on the repair and moved it to
-``executing``: it holds the repair (:mod:`medic.control.leases`) and runs
-``NodeProvider.execute`` off the loop (:meth:`~medic.control.steps.Steps.poll`). Done ->
+``executing``: it holds the repair (:mod:`medic.repair.leases`) and runs
+``NodeProvider.execute`` off the loop (:meth:`~medic.repair.steps.Steps.poll`). Done ->
 rejoining; a permanent error fails the repair; a transient one is issued again on the next
 pass, the boot id checked first (a power cycle never hits a host that came back).
 
 An engine that takes an executing repair over (its engine was killed or restarted: the lease ran
 out) reads what is durable, the node's boot id against the one recorded before the action and
 the step record (``repair-step-started`` is in the trail before the action is issued, its outcome
-after, :func:`~medic.control.steps.read_record`), and decides at once:
+after, :func:`~medic.repair.steps.read_record`), and decides at once:
 
 - the node booted since: the action happened -> rejoining (``boot-id-changed``);
 - no ``execute`` was ever started: it never ran -> issued now;
@@ -34,16 +34,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from medic.config.settings import RepairSettings
-from medic.control.return_to_service import LifecycleOps
-from medic.control.steps import RECOVERED, StepOutcome, StepRecord, read_record
 from medic.domain.audit import AuditKind
 from medic.domain.ids import NodeName
 from medic.domain.repairs import Repair, RepairState
 from medic.errors import MedicError, PermanentError
 from medic.ports import AuditQuery, NodeProvider
+from medic.repair.return_to_service import LifecycleOps
+from medic.repair.steps import RECOVERED, StepOutcome, StepRecord, read_record
 
 if TYPE_CHECKING:
-    from medic.control.repair_alerts import PassView
+    from medic.repair.alerts import PassView
 
 __all__ = ["EXECUTE", "Execution"]
 

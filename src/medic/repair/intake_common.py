@@ -1,7 +1,7 @@
 """What repair intake and people's decisions share: the store they need, how they audit, lookups.
 
-:mod:`medic.control.intake` (requests) and :mod:`medic.control.repair_decisions` and
-:mod:`medic.control.repair_policy` (people's decisions) write their audit events through
+:mod:`medic.repair.intake` (requests) and :mod:`medic.repair.decisions` and
+:mod:`medic.repair.policy_changes` (people's decisions) write their audit events through
 :func:`audit_event`: a request's as ``medic-engine`` (the intake decides whether and how it is
 admitted; who asked is in the payload), a person's decision as that person (``user:NAME``, also
 in the payload's ``by``), so the audit trail's actor is whoever decided. :func:`seen_recently`

@@ -19,7 +19,7 @@ timeout, and the verdict has three outcomes:
 
 The tests after an aborted one are not run (the suite cannot give a clean answer any more).
 
-The verdict is handed on by :class:`medic.control.return_to_service.ReturnToService`, which runs
+The verdict is handed on by :class:`medic.repair.return_to_service.ReturnToService`, which runs
 the suite for a repaired machine and keeps it out of service after a failure.
 """
 

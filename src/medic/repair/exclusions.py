@@ -1,9 +1,10 @@
 """medic's exclusions on a job taken off again once their node is back in service.
 
 When job recovery requeues a job away from a node it writes one ledger row per node it added to
-the job's exclusions (``exclude_nodes`` with the node; :func:`note_added`, called by the
-controller's exclude step); nodes the job excluded itself are never recorded, so never
-touched. :class:`ExclusionReturns` runs in each repair pass:
+the job's exclusions (``exclude_nodes`` with the node;
+:func:`medic.control.exclusion_ledger.note_added`, called by the controller's exclude step); nodes
+the job excluded itself are never recorded, so never touched. :class:`ExclusionReturns` runs in each
+repair pass:
 
 1. a node that **came back** to the pool since the last pass (it was cordoned, under repair, out
    of service or had a critical alert, and is none of these now) gets an intent row
@@ -22,57 +23,21 @@ or alert and its return are).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from medic.control.repair_alerts import RepairStores, repair_event
-from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
-from medic.domain.advice import Advice
+from medic.control.exclusion_ledger import medic_exclusions
+from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.errors import MedicError
-from medic.ports import ControllerLedger, Scheduler
+from medic.ports import Scheduler
+from medic.repair.alerts import RepairStores, repair_event
 
-__all__ = ["ExclusionReturns", "medic_exclusions", "note_added"]
+__all__ = ["ExclusionReturns"]
 
 logger = logging.getLogger(__name__)
-
-
-def note_added(
-    ledger: ControllerLedger, advice: Advice, nodes: frozenset[NodeName], now: datetime
-) -> None:
-    """Record, one ledger row per node, the exclusions ``advice`` added to its job (those the
-    job did not have already): only these are ever taken off again."""
-    for node in sorted(nodes):
-        key = idempotency_key(advice.id, advice.generation, ActionKind.EXCLUDE_NODES, node)
-        added = ActionRecord(
-            key=key,
-            cluster=advice.cluster,
-            kind=ActionKind.EXCLUDE_NODES,
-            status=ActionStatus.STARTED,
-            job_id=advice.job_id,
-            node=node,
-            advice_id=advice.id,
-            started_at=now,
-        )
-        if ledger.begin_action(added):
-            ledger.finish_action(key, ActionStatus.SUCCEEDED, now)
-
-
-def medic_exclusions(records: Iterable[ActionRecord]) -> dict[NodeName, ActionRecord]:
-    """The exclusions medic added and has not taken off, by node, from one job's ledger rows."""
-    added: dict[NodeName, ActionRecord] = {}
-    taken: dict[NodeName, datetime] = {}
-    for r in records:
-        if r.node is None or r.status is not ActionStatus.SUCCEEDED:
-            continue
-        if r.kind is ActionKind.EXCLUDE_NODES:
-            if r.node not in added or added[r.node].started_at <= r.started_at:
-                added[r.node] = r
-        elif r.kind is ActionKind.INCLUDE_NODES:
-            taken[r.node] = max(taken.get(r.node, r.started_at), r.started_at)
-    return {n: r for n, r in added.items() if n not in taken or taken[n] < r.started_at}
 
 
 class ExclusionReturns:

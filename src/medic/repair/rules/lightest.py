@@ -20,7 +20,7 @@
    node is fine); ``update_firmware`` and ``escalate`` -> nothing: no repair on the ladder changes
    a driver/firmware stack or reseats a cable, and reprovisioning would burn two rounds before the
    ladder climbs; these alerts stay listed (unmapped) for a person, and a critical one keeps the
-   node out of job placement (:func:`medic.policy.waiting.job_placement_exclusions`).
+   node out of job placement (:func:`medic.repair.rules.waiting.job_placement_exclusions`).
 
 Anything else is unmapped: None (the caller counts and lists it, never drops it). REMOVE is never
 a mapped action: removal is human-only.
@@ -40,7 +40,7 @@ from medic.domain.diagnosis import Detection
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import Alert, AlertSource, RepairAction
 from medic.errors import InputError
-from medic.policy.xid_classes import XID_CLASSES
+from medic.repair.rules.xid_classes import XID_CLASSES
 
 __all__ = [
     "AGENT_ACTIONS",

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from medic.domain.repairs import RequesterKind
 from medic.errors import ConflictError, InputError, PolicyViolation, SafetyBudgetExceeded
-from medic.policy.guards import AUTO_APPROVER, RULE_EVIDENCE
-from medic.policy.recommend import MEDIC_REQUESTER, RULE_OPEN_REPAIR
+from medic.repair.rules.guards import AUTO_APPROVER, RULE_EVIDENCE
+from medic.repair.rules.recommend import MEDIC_REQUESTER, RULE_OPEN_REPAIR
 
 __all__ = [
     "RESERVED_NAMES",

@@ -4,18 +4,18 @@
 (``alert-firing`` / ``alert-resolved``) and counted once when it starts firing (mapped or not):
 
 - a catalogue signature on a node: a kernel line, or a job-log line that implicates its node
-  (progress and noise lines never) -> :func:`~medic.policy.lightest.alert_from_detection`, with
-  the signature's ``node_action`` (the detection's field, else the catalogue's);
+  (progress and noise lines never) -> :func:`~medic.repair.rules.lightest.alert_from_detection`,
+  with the signature's ``node_action`` (the detection's field, else the catalogue's);
 - the scheduler's node state: DOWN, NOT_RESPONDING, or drained by someone else -> ``slurm:*``
   alerts, observed and never overridden, resolved when the state clears; a node medic is
   restarting (executing, rejoining, validating) raises none;
 - alerts others stored (the node agent, detectors, through the API) are noticed when they start
   firing (those that fired before this engine started are not announced again);
 - an alert raised from a log line clears once its signal has been absent for its clear window
-  (:mod:`medic.policy.clearing`), audited with the window.
+  (:mod:`medic.repair.rules.clearing`), audited with the window.
 
 :func:`submit_drain_requests` hands repair requests written in Slurm drain reasons or node
-comments (``medic-request:``) to :func:`medic.control.intake.submit_repair`. Shared by the
+comments (``medic-request:``) to :func:`medic.repair.intake.submit_repair`. Shared by the
 repair modules: :class:`RepairStores`, :class:`RepairMetrics`, :class:`PassView`,
 :func:`repair_event`.
 """
@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from medic.control import intake
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job, Node, NodeState, is_medic_reason
 from medic.domain.diagnosis import Detection, Role, Severity
@@ -44,8 +43,10 @@ from medic.domain.repairs import (
     RepairState,
 )
 from medic.errors import InputError, MedicError, NotFoundError
-from medic.policy.clearing import ClearWindows, expired
-from medic.policy.lightest import (
+from medic.ports import RepairStore, Store
+from medic.repair import intake
+from medic.repair.rules.clearing import ClearWindows, expired
+from medic.repair.rules.lightest import (
     SLURM_DOWN,
     SLURM_DRAIN,
     SLURM_NOT_RESPONDING,
@@ -53,7 +54,6 @@ from medic.policy.lightest import (
     effective_action,
     mapped_action,
 )
-from medic.ports import RepairStore, Store
 
 __all__ = [
     "ENGINE",
@@ -245,7 +245,7 @@ class AlertSources:
 
     def expire(self, alerts: AlertIndex, repairs: Iterable[Repair], now: datetime) -> int:
         """Resolve the alerts whose signal has been absent for their clear window
-        (:func:`~medic.policy.clearing.expired`); how many."""
+        (:func:`~medic.repair.rules.clearing.expired`); how many."""
         gone = expired(list(alerts.values()), self._windows, repairs, now)
         for alert, window in gone:
             why = f"no new {alert.key} signal for {window:g} s (its clear window)"

@@ -10,7 +10,7 @@ most, also while a slow action runs off the loop). Another engine takes the repa
 (``RepairStore.claim_repair``) only once that lease ran out: its engine stopped, or stalled a
 whole lease long. A medic killed in the middle of a repair is therefore replaced within a lease,
 whatever the state; the engine that takes over decides from the store and the node what is left
-to do (:mod:`medic.control.execution` for an action whose outcome was never recorded). Each
+to do (:mod:`medic.repair.execution` for an action whose outcome was never recorded). Each
 takeover is audited (``repair-taken-over``).
 
 Each engine is its own owner, ``host:pid:nonce``: a restarted process is a new owner and waits
@@ -28,10 +28,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from medic.control.steps import Audit
 from medic.domain.audit import AuditKind
 from medic.domain.repairs import Repair, RepairState, RepairUpdate
 from medic.errors import ConflictError, MedicError
+from medic.repair.steps import Audit
 
 __all__ = ["LEASED", "LEASE_SECONDS", "RENEW_SECONDS", "LeaseStore", "Leases", "engine_owner"]
 

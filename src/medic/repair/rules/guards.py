@@ -54,7 +54,7 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.lightest import effective_action
+from medic.repair.rules.lightest import effective_action
 
 __all__ = [
     "AUTO_APPROVER",

@@ -21,8 +21,8 @@ skip), and the two answers every repair decision gives (:class:`Recommendation`,
    created now (Skip); it is reconsidered next pass. A pending one is created: the budget is
    checked again when an approved repair is about to start (:func:`.guards.within_budget`).
 
-A detector's or a person's own request takes :func:`medic.policy.admit.admit` instead, which
-answers with the same two types and shares the open-repair check (:func:`open_repair`).
+A detector's or a person's own request takes :func:`medic.repair.rules.admission.admit` instead,
+which answers with the same two types and shares the open-repair check (:func:`open_repair`).
 
 Pure: no I/O, no clock reads (``now`` is an argument).
 """
@@ -45,8 +45,8 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.approval import approval_text, approve
-from medic.policy.guards import (
+from medic.repair.rules.approval import approval_text, approve
+from medic.repair.rules.guards import (
     RULE_BUDGET,
     RULE_COOLDOWN,
     RULE_PERSISTENCE,
@@ -54,9 +54,9 @@ from medic.policy.guards import (
     is_persistent,
     within_budget,
 )
-from medic.policy.ladder import RULE_ESCALATION, apply_migration_gate, escalate, weight
-from medic.policy.lightest import alert_xid, effective_action
-from medic.policy.waiting import deadline
+from medic.repair.rules.ladder import RULE_ESCALATION, apply_migration_gate, escalate, weight
+from medic.repair.rules.lightest import alert_xid, effective_action
+from medic.repair.rules.waiting import deadline
 
 __all__ = [
     "MEDIC_REQUESTER",

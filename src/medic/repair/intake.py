@@ -9,16 +9,16 @@ arbiters.
 **Submission** (:func:`submit_repair`), first stop wins:
 
 1. identity: a request is a detector's or a person's (medic's own recommendations come from
-   :func:`medic.policy.recommend.recommend`, never through here); a detector names a request id
-   and never asks for removal (human-only);
+   :func:`medic.repair.rules.recommend.recommend`, never through here); a detector names a request
+   id and never asks for removal (human-only);
 2. idempotency: (requested_by, request_id) names one repair across the cluster, finished ones
    included: a repeat returns that repair (``created`` False), never a second one, so a detector
    that keeps reporting the same fault never repairs the node twice;
-3. to 6. admission (:mod:`medic.control.admission`): a detector's own failed check is recorded
+3. to 6. admission (:mod:`medic.repair.admission`): a detector's own failed check is recorded
    as a firing alert and named as the request's evidence (medic never repairs the node on that
-   alert by itself); :func:`medic.policy.admit.admit` (evidence gate, detector cap, one open
-   repair per node, migration gate); no detector's request in its node's cooldown; then the
-   policy decides (:mod:`medic.policy.approval`): a detector it trusts by name
+   alert by itself); :func:`medic.repair.rules.admission.admit` (evidence gate, detector cap, one
+   open repair per node, migration gate); no detector's request in its node's cooldown; then the
+   policy decides (:mod:`medic.repair.rules.approval`): a detector it trusts by name
    (``trusted_detectors``, rule ``auto:detector:<name>``) is approved automatically and must fit
    now (breaker closed, within the concurrency budget); any other detector's request waits for a
    person (``detector-untrusted``: every detector's by default); a person's request waits for
@@ -35,11 +35,11 @@ name, a trusted detector's included. So such a request waits for a person
 trusts the scheduler channel (``trust_scheduler_requests``, off by default: for sites where only
 the detectors themselves may run ``scontrol update``). The channel is in the audit payload.
 
-A refusal raises a precise error (:mod:`medic.control.actors`) and is audited
-(``repair-request-refused``, with its rule): :class:`~medic.control.actors.GuardrailRefused` (a
+A refusal raises a precise error (:mod:`medic.repair.actors`) and is audited
+(``repair-request-refused``, with its rule): :class:`~medic.repair.actors.GuardrailRefused` (a
 :class:`~medic.errors.SafetyBudgetExceeded`: budget, detector cap, cooldown, breaker),
-:class:`~medic.control.actors.EvidenceRequired` (a :class:`~medic.errors.PolicyViolation`),
-:class:`~medic.control.actors.RepairInProgress` (a :class:`~medic.errors.ConflictError`: the node
+:class:`~medic.repair.actors.EvidenceRequired` (a :class:`~medic.errors.PolicyViolation`),
+:class:`~medic.repair.actors.RepairInProgress` (a :class:`~medic.errors.ConflictError`: the node
 has an open repair), ``PolicyViolation`` (identity) or ``InputError`` (malformed). Nothing is
 dropped silently.
 
@@ -47,8 +47,8 @@ A malformed request (a ``medic-request:`` drain reason the Slurm parser refused)
 per hour and message by :func:`record_invalid_request` (``repair-request-invalid``); the node is
 left alone.
 
-People's decisions on repairs are in :mod:`medic.control.repair_decisions`, the repair policy and
-the breaker reset in :mod:`medic.control.repair_policy`. Audit events are written as
+People's decisions on repairs are in :mod:`medic.repair.decisions`, the repair policy and
+the breaker reset in :mod:`medic.repair.policy_changes`. Audit events are written as
 ``medic-engine`` (the intake decides); the requester is in the payload
 (``requested_by``/``requester_kind``).
 """
@@ -60,21 +60,21 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from medic.control.actors import (
+from medic.domain.audit import AuditKind
+from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repairs import Repair, RepairRequest, RequesterKind
+from medic.errors import InputError, PolicyViolation
+from medic.ports import RepairStore
+from medic.repair.actors import (
     RULE_IDENTITY,
     Actor,
     GuardrailRefused,
     IdentityViolation,
     RepairInProgress,
 )
-from medic.control.admission import decide
-from medic.control.intake_common import HOUR, IntakeStore, audit_event, seen_recently
-from medic.domain.audit import AuditKind
-from medic.domain.ids import ClusterName, NodeName
-from medic.domain.repairs import Repair, RepairRequest, RequesterKind
-from medic.errors import InputError, PolicyViolation
-from medic.policy.approval import RULE_REMOVE_HUMAN_ONLY
-from medic.ports import RepairStore
+from medic.repair.admission import decide
+from medic.repair.intake_common import HOUR, IntakeStore, audit_event, seen_recently
+from medic.repair.rules.approval import RULE_REMOVE_HUMAN_ONLY
 
 __all__ = [
     "RULE_INVALID",
@@ -101,7 +101,7 @@ def submit_repair(
     docstring for the order of the checks and the errors of a refusal.
 
     ``cluster_nodes`` and ``node_pools`` size the concurrency budget
-    (:func:`medic.control.intake_common.node_pools`).
+    (:func:`medic.repair.intake_common.node_pools`).
     ``dedupe_window``: a repeat (same repair and state) or a refusal (same rule) of a request
     audited within the window is not audited again (the engine re-reads a Slurm drain reason
     every pass); None audits every submission (the API).

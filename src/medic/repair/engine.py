@@ -5,26 +5,26 @@ triggered: any pass can be rerun, and several engines can share one store. Each 
 
 1. **alerts**, each marking its node Degraded, none dropped: catalogue signatures on a node
    (kernel lines; a job-log line only when it implicates its node) through
-   :func:`~medic.policy.lightest.alert_from_detection` with the signature's ``node_action``; the
-   scheduler's word (DOWN, NOT_RESPONDING, drained by someone else) as ``slurm:*`` alerts,
+   :func:`~medic.repair.rules.lightest.alert_from_detection` with the signature's ``node_action``;
+   the scheduler's word (DOWN, NOT_RESPONDING, drained by someone else) as ``slurm:*`` alerts,
    observed, never overridden, resolved when the state clears; the agent's and detectors'
    alerts, stored through the API. An alert seen firing anew is audited and counted (mapped or
    not). With a drain-request parser (Slurm), ``medic-request:`` drain reasons go to
-   :func:`medic.control.intake.submit_repair`;
+   :func:`medic.repair.intake.submit_repair`;
 2. **auto-resolve**: a recommendation nobody acted on is cancelled once its alerts cleared;
-3. **recommend** (:func:`~medic.policy.recommend.recommend`) for each node with a firing alert and
-   no open repair, oldest alert first, then trip the breaker when due. Steps 2 and 3 are the
-   :class:`~medic.control.recommender.Recommender`'s (its docstring has the details);
-4. **lifecycle** (:class:`~medic.control.lifecycle.Lifecycle`) of every approved repair;
-5. **cordons** (:mod:`medic.control.cordon`): in act mode a node with a critical alert is drained
+3. **recommend** (:func:`~medic.repair.rules.recommend.recommend`) for each node with a firing alert
+   and no open repair, oldest alert first, then trip the breaker when due. Steps 2 and 3 are the
+   :class:`~medic.repair.recommend.Recommender`'s (its docstring has the details);
+4. **lifecycle** (:class:`~medic.repair.lifecycle.Lifecycle`) of every approved repair;
+5. **cordons** (:mod:`medic.repair.cordon`): in act mode a node with a critical alert is drained
    at once, whatever its repair's approval, and returned when no such alert fires;
 6. **node health**, written to the store's read model when it changes (the one the API, CLI and
    console show), and the nodes job recovery must avoid (:meth:`placement_exclusions`); the
    exclusions medic added to jobs for a node that came back are taken off
-   (:mod:`medic.control.exclusions`).
+   (:mod:`medic.repair.exclusions`).
 
 Alerts raised from log lines clear after their clear window without a new sighting
-(:mod:`medic.policy.clearing`), so a healed node does not stay degraded.
+(:mod:`medic.repair.rules.clearing`), so a healed node does not stay degraded.
 """
 
 from __future__ import annotations
@@ -36,25 +36,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from medic.config.settings import RepairSettings
-from medic.control.cordon import Cordons
-from medic.control.exclusions import ExclusionReturns
-from medic.control.intake_common import node_pools
-from medic.control.lifecycle import Lifecycle, PassView
-from medic.control.recommender import Recommender
-from medic.control.repair_alerts import (
-    AlertSources,
-    DrainRequests,
-    NullRepairMetrics,
-    RepairMetrics,
-    RepairStores,
-    submit_drain_requests,
-)
-from medic.control.validation import (
-    CheckRunner,
-    Validator,
-    parse_validation_commands,
-    validation_failed_nodes,
-)
 from medic.detect.signatures import Signature
 from medic.domain.cluster import OUT_OF_SERVICE, Job, Node
 from medic.domain.diagnosis import Detection
@@ -69,9 +50,28 @@ from medic.domain.repairs import (
     RepairAction,
     RepairState,
 )
-from medic.policy.clearing import ClearWindows
-from medic.policy.waiting import critical_alert_nodes, job_placement_exclusions, node_health
 from medic.ports import Clock, NodeProvider, Scheduler
+from medic.repair.alerts import (
+    AlertSources,
+    DrainRequests,
+    NullRepairMetrics,
+    RepairMetrics,
+    RepairStores,
+    submit_drain_requests,
+)
+from medic.repair.cordon import Cordons
+from medic.repair.exclusions import ExclusionReturns
+from medic.repair.intake_common import node_pools
+from medic.repair.lifecycle import Lifecycle, PassView
+from medic.repair.recommend import Recommender
+from medic.repair.rules.clearing import ClearWindows
+from medic.repair.rules.waiting import critical_alert_nodes, job_placement_exclusions, node_health
+from medic.repair.validation import (
+    CheckRunner,
+    Validator,
+    parse_validation_commands,
+    validation_failed_nodes,
+)
 
 __all__ = ["RepairEngine", "RepairPassReport"]
 

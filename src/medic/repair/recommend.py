@@ -1,17 +1,17 @@
 """medic's own repair recommendations, once per engine pass (steps 2 and 3 of
-:mod:`medic.control.repairs`).
+:mod:`medic.repair.engine`).
 
 - **auto-resolve**: a recommendation nobody acted on (pending approval, or approved and not
   started) is cancelled once its alerts cleared;
-- **recommend** (:func:`~medic.policy.recommend.recommend`) for each node with a firing alert and
-  no open repair, oldest alert first, at most ``repair.max_recommendations_per_pass`` (request id
-  ``medic:<node>:<n>``, so two engines create one repair); a skip is audited when its rule
+- **recommend** (:func:`~medic.repair.rules.recommend.recommend`) for each node with a firing alert
+  and no open repair, oldest alert first, at most ``repair.max_recommendations_per_pass`` (request
+  id ``medic:<node>:<n>``, so two engines create one repair); a skip is audited when its rule
   changes. The breaker is evaluated before the first recommendation (the nodes that began
   alerting, whatever the budget lets start), after each automatic approval and at the end of the
   pass (detectors' requests), each time on what happened since its last reset
-  (:func:`~medic.policy.guards.breaker_should_trip`); tripped, automatic approval pauses and the
-  approved automatic repairs that did not start are held until a person resets it
-  (:func:`medic.control.repair_policy.reset_breaker`).
+  (:func:`~medic.repair.rules.guards.breaker_should_trip`); tripped, automatic approval pauses and
+  the approved automatic repairs that did not start are held until a person resets it
+  (:func:`medic.repair.policy_changes.reset_breaker`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from datetime import datetime
 from typing import Any
 
 from medic.config.settings import RepairSettings
-from medic.control.lifecycle import Lifecycle, PassView
-from medic.control.repair_alerts import AlertSources, RepairMetrics, RepairStores, repair_event
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertState, Breaker, Repair, RepairAction, RepairState
 from medic.errors import ConflictError
-from medic.policy.guards import (
+from medic.repair.alerts import AlertSources, RepairMetrics, RepairStores, repair_event
+from medic.repair.lifecycle import Lifecycle, PassView
+from medic.repair.rules.guards import (
     AUTO_APPROVER,
     RULE_ALERT_CLEARED,
     breaker_should_trip,
@@ -37,8 +37,8 @@ from medic.policy.guards import (
     in_cooldown,
     should_auto_resolve,
 )
-from medic.policy.ladder import RULE_MIGRATION_GATE
-from medic.policy.recommend import MEDIC_REQUESTER, Recommendation, Skip, recommend
+from medic.repair.rules.ladder import RULE_MIGRATION_GATE
+from medic.repair.rules.recommend import MEDIC_REQUESTER, Recommendation, Skip, recommend
 
 __all__ = ["Recommender"]
 

@@ -8,12 +8,13 @@ reprovision), then approval (:func:`.approval.approve`). A detector's request is
 ``auto`` (never as a person) only when the policy trusts the detector (``auto:detector:<name>``;
 a name from a Slurm drain reason or comment only with ``trust_scheduler_requests``); otherwise it
 waits for a person (``detector-untrusted``, ``detector-unauthenticated``); a person's request
-answers ``user-request``, and the intake (``medic.control.admission``) then has it wait for
+answers ``user-request``, and the intake (``medic.repair.admission``) then has it wait for
 another person's approval unless the policy would approve the same repair automatically. Removal
 is never automatic (``remove-human-only``).
 
-medic's own recommendations take :func:`medic.policy.recommend.recommend` instead; both answer with
-a :class:`~medic.policy.recommend.Recommendation` or a :class:`~medic.policy.recommend.Skip`.
+medic's own recommendations take :func:`medic.repair.rules.recommend.recommend` instead; both answer
+with a :class:`~medic.repair.rules.recommend.Recommendation` or a
+:class:`~medic.repair.rules.recommend.Skip`.
 
 Pure: no I/O, no clock reads (``now`` is an argument).
 """
@@ -33,16 +34,16 @@ from medic.domain.repairs import (
     RepairState,
     RequesterKind,
 )
-from medic.policy.approval import approval_text, approve
-from medic.policy.guards import (
+from medic.repair.rules.approval import approval_text, approve
+from medic.repair.rules.guards import (
     RULE_DETECTOR_CAP,
     RULE_EVIDENCE,
     detector_cap_reached,
     has_evidence,
 )
-from medic.policy.ladder import apply_migration_gate
-from medic.policy.recommend import Recommendation, Skip, open_repair
-from medic.policy.waiting import deadline
+from medic.repair.rules.ladder import apply_migration_gate
+from medic.repair.rules.recommend import Recommendation, Skip, open_repair
+from medic.repair.rules.waiting import deadline
 
 __all__ = ["admit"]
 

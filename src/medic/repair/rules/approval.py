@@ -1,8 +1,8 @@
 """Who approves a new repair: the approval rules every repair decision ends with.
 
 :func:`approve` answers, for a new request, whether it waits for a person and under which rule id;
-both :func:`medic.policy.recommend.recommend` (medic's own recommendation) and
-:func:`medic.policy.admit.admit` (a detector's or a person's request) end with it, and
+both :func:`medic.repair.rules.recommend.recommend` (medic's own recommendation) and
+:func:`medic.repair.rules.admission.admit` (a detector's or a person's request) end with it, and
 :func:`approval_text` turns the rule id into the sentence the audit trail shows.
 
 - medic's own recommendation waits (``approval-required``) unless the policy approves its action
@@ -18,7 +18,7 @@ both :func:`medic.policy.recommend.recommend` (medic's own recommendation) and
   ``scontrol`` tightly may turn it on); otherwise it waits (``detector-unauthenticated``), even
   for a trusted name. Through the API the name is the token's, so it is trusted as the policy
   says;
-- a person's request answers ``user-request``: the intake (``medic.control.admission``) then has
+- a person's request answers ``user-request``: the intake (``medic.repair.admission``) then has
   it wait for another person's approval unless the policy would approve the same repair
   automatically;
 - removal is never automatic (``remove-human-only``), and with the circuit breaker tripped nothing
@@ -38,7 +38,7 @@ from medic.domain.repairs import (
     RequestChannel,
     RequesterKind,
 )
-from medic.policy.guards import AUTO_APPROVER
+from medic.repair.rules.guards import AUTO_APPROVER
 
 __all__ = [
     "RULE_APPROVAL_REQUIRED",

@@ -1,0 +1,1 @@
+"""medic.repair: node auto-repair (see docs/architecture.md for the map)."""

@@ -21,7 +21,16 @@ from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
 from medic.external.attribution_http import HttpAttributionProvider
-from medic.ports import Clock, FaultInjector, LogSource, NodeProvider, Scheduler, Store, Workload
+from medic.ports import (
+    AuditLog,
+    Clock,
+    CursorStore,
+    FaultInjector,
+    LogSource,
+    NodeProvider,
+    Scheduler,
+    Workload,
+)
 from medic.repair.engine import RepairEngine
 from medic.schedulers.cache import SnapshotCache
 from medic.schedulers.hooks import HookNodeProvider, hook_commands, run_command
@@ -83,7 +92,9 @@ def _check_scheduler(settings: Settings) -> None:
         )
 
 
-def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: bool) -> _Cluster:
+def _cluster(
+    settings: Settings, cursors: CursorStore, clock: Clock, start_workload: bool
+) -> _Cluster:
     name = ClusterName(settings.scheduler.cluster)
     if settings.scheduler.kind == "slurm":
         runner = runner_from_settings(settings.slurm)
@@ -92,7 +103,7 @@ def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: boo
             clock=clock,
             ttl_seconds=settings.slurm.snapshot_seconds,
         )
-        logs = SlurmLogSource(store, settings.slurm, clock=clock)
+        logs = SlurmLogSource(cursors, settings.slurm, clock=clock)
         # Slurm reboots by itself; every other repair action runs the operator's hook command.
         hooked = HookNodeProvider.from_settings(
             SlurmNodeProvider(runner, settings.slurm), settings.repair
@@ -112,7 +123,7 @@ def _cluster(settings: Settings, store: Store, clock: Clock, start_workload: boo
     return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload, provider)
 
 
-def _second_opinion(settings: Settings, store: Store, clock: Clock) -> SecondOpinion | None:
+def _second_opinion(settings: Settings, audit: AuditLog, clock: Clock) -> SecondOpinion | None:
     """The external attribution service, when one is configured."""
     if not settings.attribution.url:
         return None
@@ -121,7 +132,7 @@ def _second_opinion(settings: Settings, store: Store, clock: Clock) -> SecondOpi
         timeout_s=settings.attribution.timeout_seconds,
         name=settings.attribution.name,
     )
-    return SecondOpinion(provider, store=store, clock=clock)
+    return SecondOpinion(provider, audit=audit, clock=clock)
 
 
 def build(
@@ -153,6 +164,7 @@ def build(
         scheduler=parts.scheduler,
         logs=parts.logs,
         store=store,
+        modes=store,
         diagnoser=diagnoser,
         clock=clock,
         metrics=metrics,
@@ -171,6 +183,9 @@ def build(
         cluster=parts.scheduler.cluster,
         clock=clock,
         store=store,
+        repair_store=store,
+        tokens=store,
+        modes=store,
         scheduler=parts.scheduler,
         logs=parts.logs,
         metrics=metrics,

@@ -12,6 +12,7 @@ import pytest
 from medic.api.alerts import router as alerts_router
 from medic.api.app import create_app
 from medic.domain.audit import AuditKind
+from medic.errors import StoreError
 
 from .conftest import CLUSTER, Api, Server
 
@@ -150,8 +151,18 @@ def test_missing_fields_are_named(api: Api) -> None:
     assert "body.summary" in detail and "body.detector" in detail
 
 
-def test_a_store_without_alerts_answers_503(api: Api) -> None:
-    services = dataclasses.replace(api.services, store=object())  # type: ignore[arg-type]
+class _DownStore:
+    """A repair store whose database does not answer."""
+
+    def __getattr__(self, name: str) -> Any:
+        def down(*args: Any, **kwargs: Any) -> Any:
+            raise StoreError("the database does not answer (test)")
+
+        return down
+
+
+def test_an_alert_store_that_does_not_answer_answers_503(api: Api) -> None:
+    services = dataclasses.replace(api.services, repair_store=_DownStore())  # type: ignore[arg-type]
     app = create_app(services)
     if not any(getattr(r, "path", None) == "/api/v1/alerts" for r in app.routes):
         app.include_router(alerts_router)
@@ -164,7 +175,7 @@ def test_a_store_without_alerts_answers_503(api: Api) -> None:
     finally:
         server.stop()
 
-    _problem(response, 503, "unavailable")
+    _problem(response, 503, "store_unavailable")
 
 
 # --- who may post --------------------------------------------------------------------------------

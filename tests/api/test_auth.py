@@ -79,9 +79,11 @@ def _problem(response: Any, status: int, code: str) -> str:
 # --- tokens ----------------------------------------------------------------------------------
 def test_a_token_is_random_shown_once_and_stored_as_its_hash(rig: Rig) -> None:
     token, secret = issue_token(
-        rig.services.store, "alice", Role.OPERATOR, rig.clock.now(), "cli:root"
+        rig.services.tokens, rig.services.store, "alice", Role.OPERATOR, rig.clock.now(), "cli:root"
     )
-    _, other = issue_token(rig.services.store, "bob", Role.OPERATOR, rig.clock.now(), "cli:root")
+    _, other = issue_token(
+        rig.services.tokens, rig.services.store, "bob", Role.OPERATOR, rig.clock.now(), "cli:root"
+    )
 
     assert re.fullmatch(r"medic_[A-Za-z0-9_-]{43}", secret), "32 random bytes, URL-safe"
     assert secret != other
@@ -105,12 +107,18 @@ def test_a_token_is_random_shown_once_and_stored_as_its_hash(rig: Rig) -> None:
 
 
 def test_a_bearer_token_signs_requests_in_and_revoking_it_signs_them_out(rig: Rig) -> None:
-    _, secret = issue_token(rig.services.store, "alice", Role.VIEWER, rig.clock.now(), "test")
+    _, secret = issue_token(
+        rig.services.tokens, rig.services.store, "alice", Role.VIEWER, rig.clock.now(), "test"
+    )
     client = rig.client()
 
     assert client.get("/api/v1/nodes", headers=bearer(secret)).status_code == 200
-    revoked = revoke_token(rig.services.store, "alice", rig.clock.now(), "cli:root")
-    again = revoke_token(rig.services.store, "alice", rig.clock.now(), "cli:root")
+    revoked = revoke_token(
+        rig.services.tokens, rig.services.store, "alice", rig.clock.now(), "cli:root"
+    )
+    again = revoke_token(
+        rig.services.tokens, rig.services.store, "alice", rig.clock.now(), "cli:root"
+    )
 
     assert revoked.revoked_at == rig.clock.now() and again == revoked
     detail = _problem(client.get("/api/v1/nodes", headers=bearer(secret)), 401, "unauthenticated")
@@ -119,17 +127,17 @@ def test_a_bearer_token_signs_requests_in_and_revoking_it_signs_them_out(rig: Ri
     [denied] = rig.events(AuditKind.ACCESS_DENIED)
     assert (denied.payload["principal"], denied.payload["why"]) == ("alice", "token revoked")
     with pytest.raises(NotFoundError):
-        revoke_token(rig.services.store, "nobody", rig.clock.now(), "cli:root")
+        revoke_token(rig.services.tokens, rig.services.store, "nobody", rig.clock.now(), "cli:root")
 
 
 def test_a_revoked_name_can_be_given_to_a_new_token_but_an_active_one_cannot(rig: Rig) -> None:
     store = rig.services.store
-    _, old = issue_token(store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
+    _, old = issue_token(store, store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
     with pytest.raises(ConflictError, match="exists"):
-        issue_token(store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
-    revoke_token(store, "nvsentinel", rig.clock.now(), "test")
+        issue_token(store, store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
+    revoke_token(store, store, "nvsentinel", rig.clock.now(), "test")
 
-    token, new = issue_token(store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
+    token, new = issue_token(store, store, "nvsentinel", Role.DETECTOR, rig.clock.now(), "test")
 
     assert token.active
     client = rig.client()
@@ -357,7 +365,7 @@ def test_revoking_the_token_ends_its_sessions(rig: Rig) -> None:
     client = rig.client()
     _sign_in(client, secret)
 
-    revoke_token(rig.services.store, "victor", rig.clock.now(), "cli:root")
+    revoke_token(rig.services.tokens, rig.services.store, "victor", rig.clock.now(), "cli:root")
 
     _problem(client.get("/api/v1/nodes"), 401, "unauthenticated")
 

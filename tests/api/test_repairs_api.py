@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -88,7 +88,7 @@ class Api:
 
     @property
     def store(self) -> IntakeStore:
-        return cast(IntakeStore, self.services.store)
+        return self.services.repair_store
 
     def as_(self, who: str | None) -> dict[str, str]:
         """The headers of the token named ``who`` (``user:``/``detector:`` prefix ignored); None:

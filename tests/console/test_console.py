@@ -172,7 +172,9 @@ def _admin_token(services: Services) -> str:
     from medic.api.auth import issue_token
     from medic.domain.auth import Role
 
-    _, secret = issue_token(services.store, ADMIN, Role.ADMIN, services.clock.now(), "cli:test")
+    _, secret = issue_token(
+        services.tokens, services.store, ADMIN, Role.ADMIN, services.clock.now(), "cli:test"
+    )
     return secret
 
 

@@ -288,6 +288,7 @@ class Harness:
             scheduler=scheduler or self.scheduler,
             logs=self.logs,
             store=store or self.store,
+            modes=self.store,
             diagnoser=SignatureDiagnoser(),
             clock=self.clock,
             metrics=NullMetrics(),

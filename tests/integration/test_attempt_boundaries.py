@@ -49,6 +49,7 @@ class Rig:
         self.evaluator = JobEvaluator(
             cluster=CLUSTER,
             store=h.store,
+            modes=h.store,
             clock=h.clock,
             metrics=NullMetrics(),
             settings=settings,

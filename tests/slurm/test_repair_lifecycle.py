@@ -106,6 +106,7 @@ def test_an_xid_79_line_reboots_the_node_through_slurm(
         scheduler=scheduler,
         logs=SlurmLogSource(store, slurm_settings, clock=clock),
         store=store,
+        modes=store,
         diagnoser=SignatureDiagnoser(),
         clock=clock,
         metrics=NullMetrics(),

@@ -26,7 +26,7 @@ returns a node medic cordoned for it. An alert that is not firing is answered as
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,9 +38,9 @@ from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState
-from medic.errors import NotFoundError, TransientError
+from medic.errors import NotFoundError
 from medic.ports import RepairStore
-from medic.repair.alerts import RepairStores, resolve_by_person
+from medic.repair.alerts import resolve_by_person
 from medic.repair.rules.lightest import mapped_action
 from medic.services import Services
 
@@ -52,13 +52,6 @@ router = APIRouter(prefix="/api/v1", tags=["alerts"], responses=problems(401, 40
 def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
-
-
-def _repairs(services: Services) -> RepairStore:
-    store = services.store
-    if not callable(getattr(store, "upsert_alert", None)):
-        raise TransientError("this medic's store does not keep alerts; upgrade the control plane")
-    return cast(RepairStore, store)
 
 
 def _existing(store: RepairStore, body: AlertIn) -> Alert | None:
@@ -100,7 +93,7 @@ def post_alert(
     """Record (``firing``) or clear (``resolved``) one alert, as the token's own detector."""
     _check_detector(principal, body.detector, "post")
     services = _services(request)
-    store = _repairs(services)
+    store = services.repair_store
     now = services.clock.now()
     if body.state is AlertState.RESOLVED:
         existing = _existing(store, body)
@@ -153,7 +146,7 @@ def resolve_alert(
 ) -> AlertOut:
     """A person resolves a firing alert (audited as them, with the reason)."""
     services = _services(request)
-    store = cast(RepairStores, _repairs(services))
+    store = services.repair_store
     reason = body.reason if body else None
     who = f"user:{principal.name}"  # as a person's repair decisions are audited
     alert, _ = resolve_by_person(store, alert_id, who, reason, services.clock.now())
@@ -174,7 +167,7 @@ def list_alerts(
     unmapped: bool = False,
 ) -> list[AlertOut]:
     """Alerts matching every filter; ``unmapped=true``: only those without a repair action."""
-    store = _repairs(_services(request))
+    store = _services(request).repair_store
     alerts = store.list_alerts(
         cluster=ClusterName(cluster) if cluster else None,
         node=NodeName(node) if node else None,

@@ -58,7 +58,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            notice = startup_notice(services.store)
+            notice = startup_notice(services.tokens)
         except MedicError as exc:
             notice = None
             logger.warning("cannot tell whether API tokens exist: %s", exc)

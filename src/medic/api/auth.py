@@ -64,8 +64,8 @@ from medic.domain.auth import (
     hash_secret,
     new_secret,
 )
-from medic.errors import MedicError, NotFoundError, TransientError
-from medic.ports import Store, TokenStore
+from medic.errors import MedicError, NotFoundError
+from medic.ports import AuditLog, TokenStore
 from medic.services import Services
 
 __all__ = [
@@ -80,7 +80,6 @@ __all__ = [
     "revoke_token",
     "router",
     "startup_notice",
-    "token_store",
 ]
 
 logger = logging.getLogger(__name__)
@@ -117,13 +116,6 @@ def _services(request: Request) -> Services:
     return services
 
 
-def token_store(store: Store) -> TokenStore:
-    """``store`` as a :class:`TokenStore` (503 when this store keeps no tokens)."""
-    if not isinstance(store, TokenStore):
-        raise TransientError("this medic's store does not keep API tokens; upgrade the store")
-    return cast(TokenStore, store)
-
-
 # --- resolving the caller ------------------------------------------------------------------------
 def authenticate(request: Request) -> Principal | None:
     """The request's principal (None: no credentials at all); raises :class:`Unauthenticated`
@@ -141,7 +133,7 @@ def _resolve(request: Request) -> Principal | None:
     services = _services(request)
     header = request.headers.get("authorization")
     if header is not None:
-        return _bearer(token_store(services.store), header)
+        return _bearer(services.tokens, header)
     session_id = request.cookies.get(SESSION_COOKIE)
     if session_id:
         return _session(request, services, session_id)
@@ -170,7 +162,7 @@ def _bearer(store: TokenStore, header: str) -> Principal:
 
 
 def _session(request: Request, services: Services, session_id: str) -> Principal:
-    store = token_store(services.store)
+    store = services.tokens
     session = store.get_session(hash_secret(session_id))
     now = services.clock.now()
     if session is None or session.expired(now):
@@ -275,11 +267,12 @@ def _token_event(kind: AuditKind, token: Token, now: datetime, by: str) -> Audit
     )
 
 
-def issue_token(store: Store, name: str, role: Role, now: datetime, by: str) -> tuple[Token, str]:
+def issue_token(
+    tokens: TokenStore, audit: AuditLog, name: str, role: Role, now: datetime, by: str
+) -> tuple[Token, str]:
     """Create a token and return it with its secret (the only time the secret exists outside
     the caller's hands); audited (``token-created``). ``by``: who asked (``user:alice``,
     ``cli:root``). ``InputError`` for a bad name, ``ConflictError`` for a name in use."""
-    tokens = token_store(store)
     secret = new_secret()
     token = Token(
         name=check_token_name(name, role),
@@ -289,28 +282,25 @@ def issue_token(store: Store, name: str, role: Role, now: datetime, by: str) -> 
         created_by=by,
     )
     tokens.create_token(token)
-    store.append_audit(_token_event(AuditKind.TOKEN_CREATED, token, now, by))
+    audit.append_audit(_token_event(AuditKind.TOKEN_CREATED, token, now, by))
     return token, secret
 
 
-def revoke_token(store: Store, name: str, now: datetime, by: str) -> Token:
+def revoke_token(tokens: TokenStore, audit: AuditLog, name: str, now: datetime, by: str) -> Token:
     """Revoke the token ``name`` and end its console sessions; audited (``token-revoked``) when
     it was active. ``NotFoundError`` for an unknown name."""
-    tokens = token_store(store)
     before = tokens.get_token(name)
     if before is None:
         raise NotFoundError(f"no token is named {name!r}; list them at /api/v1/tokens")
     revoked = tokens.revoke_token(name, now)
     if before.active:
-        store.append_audit(_token_event(AuditKind.TOKEN_REVOKED, revoked, now, by))
+        audit.append_audit(_token_event(AuditKind.TOKEN_REVOKED, revoked, now, by))
     return revoked
 
 
-def startup_notice(store: Store) -> str | None:
+def startup_notice(tokens: TokenStore) -> str | None:
     """What to tell an operator whose medic has no active token yet (None when one exists)."""
-    if not isinstance(store, TokenStore):
-        return None
-    if any(t.active for t in store.list_tokens()):
+    if any(t.active for t in tokens.list_tokens()):
         return None
     return (
         "no API token exists yet: every API request except /healthz, /readyz and /metrics "
@@ -328,7 +318,7 @@ def list_tokens(
     request: Request, _: Annotated[Principal, Depends(require(Role.ADMIN))]
 ) -> list[TokenOut]:
     """Every token, revoked ones included (never a secret)."""
-    return [TokenOut.of(t) for t in token_store(_services(request).store).list_tokens()]
+    return [TokenOut.of(t) for t in _services(request).tokens.list_tokens()]
 
 
 @router.post(
@@ -345,7 +335,7 @@ def create_token(
     """Create a token; the answer holds its secret, which is never shown again."""
     services = _services(request)
     token, secret = issue_token(
-        services.store, body.name, body.role, services.clock.now(), principal.label
+        services.tokens, services.store, body.name, body.role, services.clock.now(), principal.label
     )
     return TokenCreatedOut(**TokenOut.of(token).model_dump(), token=secret)
 
@@ -358,4 +348,7 @@ def delete_token(
 ) -> TokenOut:
     """Revoke a token (and end its console sessions); revoking twice changes nothing."""
     services = _services(request)
-    return TokenOut.of(revoke_token(services.store, name, services.clock.now(), principal.label))
+    revoked = revoke_token(
+        services.tokens, services.store, name, services.clock.now(), principal.label
+    )
+    return TokenOut.of(revoked)

@@ -23,7 +23,7 @@ import enum
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
@@ -45,7 +45,7 @@ from medic.domain.ids import ClusterName, JobId
 from medic.domain.repairs import NodeHealth, NodeHealthEntry
 from medic.errors import NotFoundError
 from medic.measure import Goodput, Interval, goodput, goodput_series, intervals
-from medic.ports import ModeStore, RepairStore, Store
+from medic.ports import Inventory
 from medic.services import Services
 
 __all__ = ["router"]
@@ -100,7 +100,11 @@ def _known(services: Services) -> dict[ClusterName, str | None]:
 
 # --- goodput -------------------------------------------------------------------------------------
 def _intervals(
-    store: Store, cluster: ClusterName | None, jobs: Sequence[Job], start: datetime, now: datetime
+    store: Inventory,
+    cluster: ClusterName | None,
+    jobs: Sequence[Job],
+    start: datetime,
+    now: datetime,
 ) -> list[Interval]:
     """The intervals of every job that ran in ``[start, now)``, history completed where needed."""
     found: dict[JobKey, list[Attempt]] = defaultdict(list)
@@ -164,11 +168,6 @@ def get_goodput(
 
 
 # --- clusters ------------------------------------------------------------------------------------
-def _repair_store(services: Services) -> RepairStore | None:
-    store = services.store
-    return cast(RepairStore, store) if callable(getattr(store, "list_repairs", None)) else None
-
-
 def _health(nodes: Sequence[Node], stored: Sequence[NodeHealthEntry]) -> Counter[str]:
     """Nodes by health, from the read model the repair engine keeps (no entry: healthy)."""
     health = {e.node: e.health for e in stored}
@@ -178,24 +177,15 @@ def _health(nodes: Sequence[Node], stored: Sequence[NodeHealthEntry]) -> Counter
 def _cluster(
     services: Services, name: ClusterName, scheduler: str | None, all_jobs: Sequence[Job]
 ) -> ClusterOut:
-    store = services.store
-    nodes = store.list_nodes(name)
+    nodes = services.store.list_nodes(name)
     jobs = [j for j in all_jobs if j.cluster == name]
-    repair_store = _repair_store(services)
-    health: list[NodeHealthEntry] = []
-    breaker = counts = None
-    if repair_store is not None:
-        health = repair_store.list_node_health(name)
-        repairs = repair_store.list_repairs(cluster=name)
-        breaker = BreakerOut.of(repair_store.get_breaker(name))
-        open_repairs = [r for r in repairs if not r.state.is_terminal]
-        counts = RepairCountsOut(
-            open=len(open_repairs), by_state=_counts(r.state for r in open_repairs)
-        )
-    modes = None
-    if isinstance(store, ModeStore):
-        stored = cast(ModeStore, store).get_modes(name)
-        modes = ModesOut.of(stored, services.settings.scheduler.mode)
+    repair_store = services.repair_store
+    health = repair_store.list_node_health(name)
+    open_repairs = [r for r in repair_store.list_repairs(cluster=name) if not r.state.is_terminal]
+    counts = RepairCountsOut(
+        open=len(open_repairs), by_state=_counts(r.state for r in open_repairs)
+    )
+    modes = ModesOut.of(services.modes.get_modes(name), services.settings.scheduler.mode)
     watched = name == services.cluster
     return ClusterOut(
         name=name,
@@ -208,7 +198,7 @@ def _cluster(
         ),
         jobs=JobCountsOut(total=len(jobs), by_state=_counts(j.state for j in jobs)),
         modes=modes,
-        breaker=breaker,
+        breaker=BreakerOut.of(repair_store.get_breaker(name)),
         repairs=counts,
         goodput=GoodputSummaryOut.of(_overview_goodput(services, name, jobs)),
     )

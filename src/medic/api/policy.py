@@ -16,7 +16,7 @@ The cluster defaults to the one this medic watches.
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -30,8 +30,6 @@ from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName
 from medic.domain.modes import ClusterModes
-from medic.errors import TransientError
-from medic.ports import ModeStore
 from medic.services import Services
 
 __all__ = ["router"]
@@ -50,12 +48,6 @@ def _services(request: Request) -> Services:
     return services
 
 
-def _modes(services: Services) -> ModeStore:
-    if not isinstance(services.store, ModeStore):
-        raise TransientError("this medic's store does not keep modes; upgrade the store")
-    return cast(ModeStore, services.store)
-
-
 def _cluster(services: Services, cluster: str | None) -> ClusterName:
     return ClusterName(cluster) if cluster else services.cluster
 
@@ -68,7 +60,7 @@ def get_modes(
 ) -> ModesOut:
     """The cluster's run-time modes."""
     services = _services(request)
-    stored = _modes(services).get_modes(_cluster(services, cluster))
+    stored = services.modes.get_modes(_cluster(services, cluster))
     return ModesOut.of(stored, services.settings.scheduler.mode)
 
 
@@ -84,7 +76,7 @@ def put_modes(
     name = _cluster(services, cluster)
     new = ClusterModes(cluster=name, mode=body.mode, partitions=dict(body.partitions))
     now = services.clock.now()
-    old = _modes(services).put_modes(new, now, principal.label)
+    old = services.modes.put_modes(new, now, principal.label)
     if old.to_json() != new.to_json():
         services.store.append_audit(
             AuditEvent(

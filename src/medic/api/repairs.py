@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
@@ -66,7 +66,7 @@ from medic.domain.repairs import (
     RequestChannel,
     RequesterKind,
 )
-from medic.errors import InputError, NotFoundError, PolicyViolation, TransientError
+from medic.errors import InputError, NotFoundError, PolicyViolation
 from medic.repair.actors import Actor, EvidenceRequired
 from medic.repair.decisions import (
     approve_repair,
@@ -99,13 +99,6 @@ ClusterQuery = Annotated[
 def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
-
-
-def _store(services: Services) -> IntakeStore:
-    store = services.store
-    if not callable(getattr(store, "create_repair", None)):
-        raise TransientError("this medic's store does not keep repairs; upgrade the control plane")
-    return cast(IntakeStore, store)
 
 
 def _actor(principal: Principal, name: str | None, kind: str | None) -> Actor:
@@ -157,7 +150,7 @@ def post_repair(
     """Ask for one repair of one node (see :func:`medic.repair.intake.submit_repair`)."""
     actor = _actor(principal, body.requested_by, body.requester_kind)
     services = _services(request)
-    store = _store(services)
+    store = services.repair_store
     cluster = ClusterName(body.cluster)
     nodes = services.store.list_nodes(cluster)
     if not nodes:
@@ -201,7 +194,7 @@ def _decided(
     services: Services, repair_id: int, decide: Callable[[IntakeStore, datetime], Repair]
 ) -> RepairOut:
     """A person's decision on ``repair_id``, its answer counted like a request's."""
-    store = _store(services)
+    store = services.repair_store
     before = store.get_repair(repair_id)
     return _counted(services, decide(store, services.clock.now()), before)
 
@@ -224,7 +217,7 @@ def list_repairs(
     state: Annotated[list[RepairState] | None, Query()] = None,
 ) -> list[RepairOut]:
     """Repairs matching every filter, oldest first."""
-    store = _store(_services(request))
+    store = _services(request).repair_store
     repairs = store.list_repairs(
         cluster=ClusterName(cluster) if cluster else None,
         node=NodeName(node) if node else None,
@@ -241,7 +234,7 @@ def list_repairs(
 )
 def get_repair(request: Request, repair_id: RepairPath) -> RepairDetailOut:
     """One repair with its validation results."""
-    store = _store(_services(request))
+    store = _services(request).repair_store
     repair = store.get_repair(repair_id)
     if repair is None:
         raise NotFoundError(f"repair {repair_id} does not exist; list them at /api/v1/repairs")
@@ -325,7 +318,7 @@ def get_policy(request: Request, cluster: str | None = None) -> RepairPolicyOut:
     """The cluster's repair policy (the defaults when none was stored)."""
     services = _services(request)
     name = _cluster(services, cluster)
-    return RepairPolicyOut.of(name, _store(services).get_repair_policy(name))
+    return RepairPolicyOut.of(name, services.repair_store.get_repair_policy(name))
 
 
 @router.put("/policy/repair", response_model=RepairPolicyOut, responses=problems(400, 422))
@@ -336,7 +329,7 @@ def put_policy_route(
     services = _services(request)
     name = _cluster(services, cluster)
     actor = _actor(principal, body.actor, body.actor_kind)
-    stored = put_policy(_store(services), name, body.to_policy(), actor, services.clock.now())
+    stored = put_policy(services.repair_store, name, body.to_policy(), actor, services.clock.now())
     return RepairPolicyOut.of(name, stored)
 
 
@@ -344,7 +337,7 @@ def put_policy_route(
 def get_breaker(request: Request, cluster: str | None = None) -> BreakerOut:
     """The cluster's circuit breaker."""
     services = _services(request)
-    return BreakerOut.of(_store(services).get_breaker(_cluster(services, cluster)))
+    return BreakerOut.of(services.repair_store.get_breaker(_cluster(services, cluster)))
 
 
 @router.post("/breaker/reset", response_model=BreakerOut, responses=problems(400, 422))
@@ -356,7 +349,7 @@ def post_breaker_reset(
     body = body or BreakerResetIn()
     actor = _actor(principal, body.actor, body.actor_kind)
     breaker, _ = reset_breaker(
-        _store(services),
+        services.repair_store,
         _cluster(services, body.cluster),
         actor,
         services.clock.now(),

@@ -150,7 +150,7 @@ def job_timeline(request: Request, job_id: str, cluster: str | None = None) -> T
 def list_nodes(request: Request, cluster: str | None = None) -> list[NodeOut]:
     services = _services(request)
     name = ClusterName(cluster) if cluster else services.cluster
-    return NodeOut.listing(services.store, name)
+    return NodeOut.listing(services.store, services.repair_store, name)
 
 
 @router.get(

@@ -7,7 +7,6 @@ so the wire format only changes on purpose.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -22,7 +21,7 @@ from medic.domain.cluster import Job, Mode, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import NodeHealth, NodeHealthEntry
-from medic.ports import Store
+from medic.ports import Inventory, RepairStore
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -86,13 +85,13 @@ class NodeOut(BaseModel):
         )
 
     @classmethod
-    def listing(cls, store: Store, cluster: ClusterName) -> list[NodeOut]:
-        """The cluster's nodes with their health from the store's read model (every node
-        healthy in a store without one)."""
-        read = getattr(store, "list_node_health", None)
-        health: Sequence[NodeHealthEntry] = read(cluster) if callable(read) else ()
-        by_node = {e.node: e for e in health}
-        return [cls.of(cluster, n, by_node.get(n.name)) for n in store.list_nodes(cluster)]
+    def listing(
+        cls, inventory: Inventory, health: RepairStore, cluster: ClusterName
+    ) -> list[NodeOut]:
+        """The cluster's nodes with their health from the repair engine's read model (no entry:
+        healthy)."""
+        by_node = {e.node: e for e in health.list_node_health(cluster)}
+        return [cls.of(cluster, n, by_node.get(n.name)) for n in inventory.list_nodes(cluster)]
 
 
 class AdviceOut(BaseModel):

@@ -27,7 +27,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from medic.api.auth import CSRF_HEADER, SESSION_COOKIE, require, token_store
+from medic.api.auth import CSRF_HEADER, SESSION_COOKIE, require
 from medic.api.openapi import problems
 from medic.api.problems import CsrfFailed, Forbidden, Unauthenticated
 from medic.api.schemas_auth import (
@@ -70,7 +70,7 @@ def _event(kind: AuditKind, principal: Principal, session: Session, now: datetim
 def sign_in(request: Request, response: Response, body: SessionIn) -> SessionOut:
     """Open a console session with an API token (a viewer's, operator's or admin's)."""
     services = _services(request)
-    store = token_store(services.store)
+    store = services.tokens
     token = store.find_token(hash_secret(body.token.strip()))
     if token is None or not token.active:
         raise Unauthenticated(
@@ -128,7 +128,7 @@ def sign_out(request: Request) -> Response:
     response = Response(status_code=204)
     session_id = request.cookies.get(SESSION_COOKIE)
     if session_id:
-        store = token_store(services.store)
+        store = services.tokens
         session = store.get_session(hash_secret(session_id))
         now = services.clock.now()
         if session is not None and not session.expired(now):

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 import typer
 from rich.console import Group
@@ -21,7 +21,6 @@ from rich.table import Table
 from medic.cli.common import settings_of
 from medic.control.tasks import LoopThread
 from medic.demo import DemoDriver
-from medic.ports import RepairStore
 from medic.services import Services
 from medic.wiring import build
 
@@ -108,8 +107,8 @@ def _repairs_line(services: Services) -> str:
     if services.repairs is None:
         return ""
     degraded = sorted(str(n) for n in services.repairs.health())
-    store = cast(RepairStore, services.store)
-    counts = Counter(r.state.value for r in store.list_repairs(cluster=services.cluster))
+    repairs = services.repair_store.list_repairs(cluster=services.cluster)
+    counts = Counter(r.state.value for r in repairs)
     states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
     return f"\nnode repair: degraded {', '.join(degraded) or '-'}; repairs: {states}"
 

@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
         """Nodes: their scheduler state and medic's health of them."""
         settings = settings_of(ctx)
         name = ClusterName(cluster or settings.scheduler.cluster)
-        found = NodeOut.listing(open_store(settings), name)
+        store = open_store(settings)
+        found = NodeOut.listing(store, store, name)
         rows = [n.model_dump(mode="json") for n in found if health is None or n.health is health]
         cols = ["cluster", "name", "state", "health", "partitions", "gpus", "reason"]
         emit(rows, columns=cols, title="Nodes", as_json=as_json)

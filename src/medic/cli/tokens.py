@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from medic.api.auth import issue_token, revoke_token, token_store
+from medic.api.auth import issue_token, revoke_token
 from medic.api.schemas_auth import (
     TokenOut,
 )
@@ -55,7 +55,7 @@ def create(
     """Create a token and print it (once: only its hash is kept)."""
     store = open_store(settings_of(ctx))
     try:
-        token, secret = issue_token(store, name, role, SystemClock().now(), who())
+        token, secret = issue_token(store, store, name, role, SystemClock().now(), who())
     except (InputError, ConflictError) as exc:
         typer.echo(f"medic: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -77,7 +77,7 @@ def list_(
     """Every token (revoked ones too), without secrets."""
     store = open_store(settings_of(ctx))
     try:
-        tokens = token_store(store).list_tokens()
+        tokens = store.list_tokens()
     finally:
         store.close()
     rows = [TokenOut.of(t).model_dump(mode="json") for t in tokens]
@@ -93,7 +93,7 @@ def revoke(
     """Revoke a token now (its console sessions end too)."""
     store = open_store(settings_of(ctx))
     try:
-        token = revoke_token(store, name, SystemClock().now(), who())
+        token = revoke_token(store, store, name, SystemClock().now(), who())
     except NotFoundError as exc:
         typer.echo(f"medic: {exc}", err=True)
         raise typer.Exit(1) from None

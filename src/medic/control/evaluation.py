@@ -33,6 +33,7 @@ from medic.config.settings import Settings
 from medic.control import records
 from medic.control.external import SecondOpinion
 from medic.control.job_modes import JobModes
+from medic.control.stores import EvaluationStore
 from medic.control.watch import JobWatch
 from medic.domain.advice import AdviceAction, AdviceRequest
 from medic.domain.audit import AuditKind
@@ -42,7 +43,7 @@ from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.errors import InputError
 from medic.policy.options import parse_job_options
 from medic.policy.recovery import decide, effective_mode
-from medic.ports import Clock, Metrics, Store
+from medic.ports import Clock, Metrics, ModeStore
 
 __all__ = ["JobEvaluator"]
 
@@ -69,7 +70,8 @@ class JobEvaluator:
         self,
         *,
         cluster: ClusterName,
-        store: Store,
+        store: EvaluationStore,
+        modes: ModeStore,
         clock: Clock,
         metrics: Metrics,
         settings: Settings,
@@ -87,7 +89,7 @@ class JobEvaluator:
         self._second_opinion = second_opinion
         self._watches: dict[JobId, JobWatch] = {}
         self._invalid_options: dict[JobId, str | None] = {}
-        self.modes = JobModes(cluster, store, settings.scheduler.mode)
+        self.modes = JobModes(cluster, modes, settings.scheduler.mode)
         """Each watched job's mode; the loop reads the stored modes once per pass."""
 
     # ------------------------------------------------------------------ errors + latency

@@ -16,7 +16,7 @@ from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job
 from medic.domain.diagnosis import Detection, Verdict
 from medic.errors import MedicError, is_retryable
-from medic.ports import AttributionProvider, Clock, Store
+from medic.ports import AttributionProvider, AuditLog, Clock
 
 __all__ = ["SecondOpinion"]
 
@@ -26,9 +26,9 @@ logger = logging.getLogger(__name__)
 class SecondOpinion:
     """Asks ``provider`` about each verdict medic makes, in the background."""
 
-    def __init__(self, provider: AttributionProvider, *, store: Store, clock: Clock) -> None:
+    def __init__(self, provider: AttributionProvider, *, audit: AuditLog, clock: Clock) -> None:
         self._provider = provider
-        self._store = store
+        self._audit = audit
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medic-attribution")
 
@@ -56,7 +56,7 @@ class SecondOpinion:
             }
             domain, action = theirs.domain.value, theirs.action.value
         try:
-            self._store.append_audit(
+            self._audit.append_audit(
                 records.job_event(
                     job.cluster,
                     job.id,

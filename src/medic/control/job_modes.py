@@ -14,7 +14,7 @@ from medic.domain.cluster import Job, Mode, Node
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.modes import ClusterModes
 from medic.errors import MedicError
-from medic.ports import ModeStore, Store
+from medic.ports import ModeStore
 
 __all__ = ["JobModes"]
 
@@ -24,9 +24,9 @@ logger = logging.getLogger(__name__)
 class JobModes:
     """The modes of one cluster's watched jobs."""
 
-    def __init__(self, cluster: ClusterName, store: Store, default: Mode) -> None:
+    def __init__(self, cluster: ClusterName, modes: ModeStore, default: Mode) -> None:
         self._cluster = cluster
-        self._store = store
+        self._store = modes
         self._default = default
         self._overrides: dict[JobId, Mode | None] = {}
         """Each watched job's own mode from its comment (None: it sets none)."""
@@ -35,8 +35,6 @@ class JobModes:
 
     def read(self) -> None:
         """Read the run-time modes operators switch through the API (``ModeStore``)."""
-        if not isinstance(self._store, ModeStore):
-            return
         try:
             self._modes = self._store.get_modes(self._cluster)
         except MedicError as exc:

@@ -29,12 +29,13 @@ from medic.config.settings import Settings
 from medic.control.evaluation import JobEvaluator
 from medic.control.executor import Controller
 from medic.control.external import SecondOpinion
+from medic.control.stores import LoopStore
 from medic.domain.advice import Advice, AdviceAction
 from medic.domain.cluster import Job, Mode, Node
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
 from medic.errors import MedicError
-from medic.ports import Clock, Diagnoser, LogSource, Metrics, Scheduler, Store
+from medic.ports import Clock, Diagnoser, LogSource, Metrics, ModeStore, Scheduler
 
 __all__ = ["ControlLoop", "NodeRepairs", "PassReport"]
 
@@ -86,7 +87,8 @@ class ControlLoop:
         *,
         scheduler: Scheduler,
         logs: LogSource,
-        store: Store,
+        store: LoopStore,
+        modes: ModeStore,
         diagnoser: Diagnoser,
         clock: Clock,
         metrics: Metrics,
@@ -113,6 +115,7 @@ class ControlLoop:
         self._jobs = JobEvaluator(
             cluster=self._cluster,
             store=store,
+            modes=modes,
             clock=clock,
             metrics=metrics,
             settings=settings,

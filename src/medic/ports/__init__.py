@@ -8,7 +8,9 @@ The ports live in four modules by what they face, and are imported from here:
 
 - :mod:`.cluster`: ``Clock``, ``Scheduler``, ``LogSource``, ``NodeProvider``,
   ``FaultInjector``, ``Workload``;
-- :mod:`.store`: ``AuditQuery``, ``Store``, ``ControllerLedger`` (job recovery's state);
+- :mod:`.store`: job recovery's state, a port per consumer's need: ``Inventory``, ``Evidence``,
+  ``AdviceStore``, ``AuditLog``, ``AuditQuery``, ``ActionLedger``, ``CursorStore``; ``Store``,
+  all of them (the composition root's); ``ControllerLedger`` (embedded or remote controller);
 - :mod:`.repairs`: ``RepairStore``, ``TokenStore``, ``ModeStore`` (node repair's and the API's);
 - :mod:`.decisions`: ``Diagnoser``, ``AttributionProvider``, ``Metrics``.
 """
@@ -18,15 +20,31 @@ from __future__ import annotations
 from medic.ports.cluster import Clock, FaultInjector, LogSource, NodeProvider, Scheduler, Workload
 from medic.ports.decisions import AttributionProvider, Diagnoser, Metrics
 from medic.ports.repairs import ModeStore, RepairStore, TokenStore
-from medic.ports.store import AuditQuery, ControllerLedger, Store
+from medic.ports.store import (
+    ActionLedger,
+    AdviceStore,
+    AuditLog,
+    AuditQuery,
+    ControllerLedger,
+    CursorStore,
+    Evidence,
+    Inventory,
+    Store,
+)
 
 __all__ = [
+    "ActionLedger",
+    "AdviceStore",
     "AttributionProvider",
+    "AuditLog",
     "AuditQuery",
     "Clock",
     "ControllerLedger",
+    "CursorStore",
     "Diagnoser",
+    "Evidence",
     "FaultInjector",
+    "Inventory",
     "LogSource",
     "Metrics",
     "ModeStore",

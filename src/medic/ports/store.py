@@ -1,7 +1,17 @@
-"""The durable state of job recovery: the store (inventory, attempts, detections, verdicts,
-advice, scheduler actions, the audit trail) and the remote controller's ledger.
+"""The durable state of job recovery, in ports sized to their consumers, and the remote
+controller's ledger.
 
-Part of :mod:`medic.ports` (see its docstring); import the ports from there.
+- :class:`Inventory`: clusters, nodes, jobs, their attempts and progress;
+- :class:`Evidence`: detections and verdicts;
+- :class:`AdviceStore`: advice and the controllers' reconciliation reports;
+- :class:`AuditLog` (append) and :class:`AuditQuery` (read): the audit trail;
+- :class:`ActionLedger`: the scheduler actions' step ledger (idempotency keys), audited;
+- :class:`CursorStore`: log sources' saved positions;
+- :class:`Store`: all of them, what the composition root opens (``SqlStore``);
+- :class:`ControllerLedger`: what a controller writes, embedded (the store) or remote (HTTP).
+
+Part of :mod:`medic.ports` (see its docstring); import the ports from there. Every store port
+raises ``StoreError`` when the database fails and ``ConflictError`` when a compare-and-set loses.
 """
 
 from __future__ import annotations
@@ -18,43 +28,22 @@ from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import AdviceId, ClusterName, JobId
 
-__all__ = ["AuditQuery", "ControllerLedger", "Store"]
+__all__ = [
+    "ActionLedger",
+    "AdviceStore",
+    "AuditLog",
+    "AuditQuery",
+    "ControllerLedger",
+    "CursorStore",
+    "Evidence",
+    "Inventory",
+    "Store",
+]
 
 
-class AuditQuery(Protocol):
-    """Read side of the audit trail (separate so read-only consumers need no write access)."""
+class Inventory(Protocol):
+    """Clusters, nodes and jobs as the scheduler last showed them; jobs' attempts and progress."""
 
-    def query_audit(
-        self,
-        *,
-        cluster: ClusterName | None = None,
-        job_id: JobId | None = None,
-        subject_type: str | None = None,
-        subject_id: str | None = None,
-        kind: AuditKind | None = None,
-        actor: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after_id: int | None = None,
-        before_id: int | None = None,
-        order: AuditOrder = "asc",
-        limit: int = 100,
-    ) -> list[AuditEvent]:
-        """At most ``limit`` events matching every given filter, with ``after_id < id <
-        before_id`` (either bound optional): the oldest first (``asc``: the next page is
-        ``after_id`` = the last id) or the newest first (``desc``: ``before_id`` = the last id).
-        Ids grow with every event written, so a cursor is stable while new events arrive."""
-        ...
-
-
-class Store(AuditQuery, Protocol):
-    """Durable state: clusters, nodes, jobs, attempts, detections, verdicts, advice, actions, audit.
-
-    Raises ``StoreError`` when the database fails and ``ConflictError`` when a compare-and-set
-    loses. Audit events are append-only: no method updates or deletes them.
-    """
-
-    # --- inventory -------------------------------------------------------------------------
     def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None: ...
 
     def list_clusters(self) -> dict[ClusterName, str | None]:
@@ -94,7 +83,10 @@ class Store(AuditQuery, Protocol):
         """Replace the progress recorded for one attempt (creating the attempt row if needed)."""
         ...
 
-    # --- diagnosis -------------------------------------------------------------------------
+
+class Evidence(Protocol):
+    """What diagnosis found: detections (log lines matched) and verdicts (attempts decided)."""
+
     def add_detections(self, cluster: ClusterName, detections: Sequence[Detection]) -> None: ...
 
     def list_detections(
@@ -105,7 +97,10 @@ class Store(AuditQuery, Protocol):
 
     def list_verdicts(self, cluster: ClusterName, job_id: JobId) -> list[Verdict]: ...
 
-    # --- advice ----------------------------------------------------------------------------
+
+class AdviceStore(Protocol):
+    """Each job's advice (one current generation) and how far controllers carried it out."""
+
     def publish_advice(self, request: AdviceRequest, now: datetime) -> Advice:
         """Store the decision as the job's advice.
 
@@ -138,7 +133,44 @@ class Store(AuditQuery, Protocol):
         """
         ...
 
-    # --- scheduler actions -----------------------------------------------------------------
+
+class AuditLog(Protocol):
+    """Write side of the audit trail: append-only, no method updates or deletes an event."""
+
+    def append_audit(self, event: AuditEvent) -> int:
+        """Append one audit event and return its id."""
+        ...
+
+
+class AuditQuery(Protocol):
+    """Read side of the audit trail (separate so read-only consumers need no write access)."""
+
+    def query_audit(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        job_id: JobId | None = None,
+        subject_type: str | None = None,
+        subject_id: str | None = None,
+        kind: AuditKind | None = None,
+        actor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        before_id: int | None = None,
+        order: AuditOrder = "asc",
+        limit: int = 100,
+    ) -> list[AuditEvent]:
+        """At most ``limit`` events matching every given filter, with ``after_id < id <
+        before_id`` (either bound optional): the oldest first (``asc``: the next page is
+        ``after_id`` = the last id) or the newest first (``desc``: ``before_id`` = the last id).
+        Ids grow with every event written, so a cursor is stable while new events arrive."""
+        ...
+
+
+class ActionLedger(AuditLog, Protocol):
+    """The step ledger of scheduler actions (idempotency keys), each step audited."""
+
     def begin_action(self, record: ActionRecord) -> bool:
         """Insert the action under its idempotency key; False when the key already exists."""
         ...
@@ -153,17 +185,18 @@ class Store(AuditQuery, Protocol):
         self, cluster: ClusterName | None = None, job_id: JobId | None = None
     ) -> list[ActionRecord]: ...
 
-    # --- audit -----------------------------------------------------------------------------
-    def append_audit(self, event: AuditEvent) -> int:
-        """Append one audit event and return its id."""
-        ...
 
-    # --- cursors ---------------------------------------------------------------------------
-    def get_cursor(self, source: str) -> str | None:
-        """A log source's saved position (e.g. file offsets), so restarts resume, not rescan."""
-        ...
+class CursorStore(Protocol):
+    """Log sources' saved positions (e.g. file offsets), so restarts resume, not rescan."""
+
+    def get_cursor(self, source: str) -> str | None: ...
 
     def set_cursor(self, source: str, value: str) -> None: ...
+
+
+class Store(Inventory, Evidence, AdviceStore, ActionLedger, AuditQuery, CursorStore, Protocol):
+    """Job recovery's durable state, every port above in one (``SqlStore``): what the composition
+    root opens and hands, port by port, to its consumers."""
 
 
 class ControllerLedger(Protocol):
@@ -198,5 +231,5 @@ class ControllerLedger(Protocol):
         reason: str,
         now: datetime,
     ) -> Advice:
-        """Record the controller's report for ``observed_generation`` (see :class:`Store`)."""
+        """Record the controller's report for ``observed_generation`` (see :class:`AdviceStore`)."""
         ...

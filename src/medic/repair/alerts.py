@@ -45,6 +45,7 @@ from medic.domain.repairs import (
 from medic.errors import InputError, MedicError, NotFoundError
 from medic.ports import RepairStore, Store
 from medic.repair import intake
+from medic.repair.intake_common import IntakeStore
 from medic.repair.rules.clearing import ClearWindows, expired
 from medic.repair.rules.lightest import (
     SLURM_DOWN,
@@ -150,7 +151,7 @@ class AlertSources:
 
     def __init__(
         self,
-        store: RepairStores,
+        store: IntakeStore,
         cluster: ClusterName,
         metrics: RepairMetrics,
         node_actions: Mapping[str, str],

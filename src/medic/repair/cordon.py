@@ -29,8 +29,8 @@ from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert
 from medic.errors import MedicError
-from medic.ports import Scheduler
-from medic.repair.alerts import PassView, RepairStores, repair_event
+from medic.ports import ActionLedger, Scheduler
+from medic.repair.alerts import PassView, repair_event
 from medic.repair.rules.clearing import cordon_alert_id, cordon_lifts, cordon_nodes, cordon_reason
 
 __all__ = ["Cordons"]
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 class Cordons:
     """Cordons and returns the nodes of one cluster (see the module docstring)."""
 
-    def __init__(self, *, store: RepairStores, scheduler: Scheduler) -> None:
+    def __init__(self, *, store: ActionLedger, scheduler: Scheduler) -> None:
         self._store = store
         self._scheduler = scheduler
         self._cluster: ClusterName = scheduler.cluster

@@ -32,8 +32,8 @@ from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.errors import MedicError
-from medic.ports import Scheduler
-from medic.repair.alerts import RepairStores, repair_event
+from medic.ports import ActionLedger, Scheduler
+from medic.repair.alerts import repair_event
 
 __all__ = ["ExclusionReturns"]
 
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 class ExclusionReturns:
     """Takes medic's exclusions off one cluster's jobs (see the module docstring)."""
 
-    def __init__(self, *, store: RepairStores, scheduler: Scheduler) -> None:
+    def __init__(self, *, store: ActionLedger, scheduler: Scheduler) -> None:
         self._store = store
         self._scheduler = scheduler
         self._cluster: ClusterName = scheduler.cluster

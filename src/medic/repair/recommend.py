@@ -27,7 +27,8 @@ from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertState, Breaker, Repair, RepairAction, RepairState
 from medic.errors import ConflictError
-from medic.repair.alerts import AlertSources, RepairMetrics, RepairStores, repair_event
+from medic.repair.alerts import AlertSources, RepairMetrics, repair_event
+from medic.repair.intake_common import IntakeStore
 from medic.repair.lifecycle import Lifecycle, PassView
 from medic.repair.rules.guards import (
     AUTO_APPROVER,
@@ -52,7 +53,7 @@ class Recommender:
     def __init__(
         self,
         *,
-        store: RepairStores,
+        store: IntakeStore,
         cluster: ClusterName,
         settings: RepairSettings,
         metrics: RepairMetrics,

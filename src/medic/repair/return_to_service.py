@@ -37,12 +37,12 @@ from medic.domain.repairs import (
     ValidationOutcome,
 )
 from medic.errors import MedicError
-from medic.ports import NodeProvider, Scheduler
+from medic.ports import NodeProvider, RepairStore, Scheduler
 from medic.repair.steps import Steps
 from medic.repair.validation import VALIDATION_ALERT, Validator, failure_alert, result_payload
 
 if TYPE_CHECKING:
-    from medic.repair.alerts import PassView, RepairStores
+    from medic.repair.alerts import PassView
 
 __all__ = [
     "OUT_OF_SERVICE",
@@ -90,7 +90,7 @@ class ReturnToService:
         self,
         ops: LifecycleOps,
         *,
-        store: RepairStores,
+        store: RepairStore,
         scheduler: Scheduler,
         provider: NodeProvider,
         clock: Callable[[], datetime],

@@ -1,11 +1,14 @@
-"""``SqlStore``: the ``medic.ports.Store`` implementation on SQLAlchemy Core.
+"""``SqlStore``: every store port of ``medic.ports`` on SQLAlchemy Core.
 
-This class is a thin facade: the work lives in ``sql_inventory`` (clusters, nodes, jobs,
-attempts), ``sql_diagnosis`` (detections, verdicts), ``sql_advice`` (advice, scheduler actions),
-``sql_audit`` (audit trail, cursors), and for ``medic.ports.RepairStore`` in ``sql_repairs``
-(repairs, validation results) and ``sql_repair_state`` (alerts, repair policy, breaker), and for
-``medic.ports.TokenStore`` and ``ModeStore`` in ``sql_tokens`` (API tokens, console sessions,
-run-time modes), all on one :class:`~medic.store.db.Database`.
+This class is a thin facade: the work lives, for ``Store`` (``Inventory``, ``Evidence``,
+``AdviceStore``, ``ActionLedger``, ``AuditLog``, ``AuditQuery``, ``CursorStore``), in
+``sql_inventory`` (clusters, nodes, jobs, attempts), ``sql_diagnosis`` (detections, verdicts),
+``sql_advice`` (advice, scheduler actions), ``sql_audit`` (audit trail, cursors); for
+``RepairStore`` in ``sql_repairs`` (repairs, validation results), ``sql_repair_state`` (alerts,
+repair policy, breaker) and ``sql_health`` (node health); for ``TokenStore`` and ``ModeStore`` in
+``sql_tokens`` (API tokens, console sessions, run-time modes), all on one
+:class:`~medic.store.db.Database`. The composition root hands it to each consumer typed by the
+ports that consumer uses.
 
 One instance is safe to share between threads (control loop, API workers): every call takes its
 own pooled connection and transaction.

@@ -346,7 +346,7 @@ def controller_config(cluster: LocalSlurm, sshd: Sshd, path: Path) -> Path:
 def controller_token(engine: Medic) -> str:
     """A new API token of role controller (the remote controller authenticates with it)."""
     _token, secret = issue_token(
-        engine.store, "e2e-controller", Role.CONTROLLER, datetime.now(UTC), "test:e2e"
+        engine.store, engine.store, "e2e-controller", Role.CONTROLLER, datetime.now(UTC), "test:e2e"
     )
     return secret
 

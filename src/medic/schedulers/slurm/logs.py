@@ -25,20 +25,18 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from medic.config.settings import SlurmSettings
 from medic.detect.patterns import strip_rank_prefix
 from medic.domain.cluster import Job
 from medic.domain.ids import JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
-from medic.ports import Clock
+from medic.ports import Clock, CursorStore
 
 __all__ = [
     "MAX_LINE_BYTES",
     "MAX_READ_BYTES",
     "RESCAN_SECONDS",
-    "CursorStore",
     "SlurmLogSource",
     "parse_rank",
 ]
@@ -52,14 +50,6 @@ RESCAN_SECONDS = 30.0
 TRUNCATED = " [truncated]"
 CURSOR_PREFIX = "slurm-log:"
 _EPOCH = datetime.fromtimestamp(0, UTC)
-
-
-class CursorStore(Protocol):
-    """The part of the ``Store`` the log source uses."""
-
-    def get_cursor(self, source: str) -> str | None: ...
-
-    def set_cursor(self, source: str, value: str) -> None: ...
 
 
 def parse_rank(text: str) -> int | None:

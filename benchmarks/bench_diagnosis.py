@@ -1,26 +1,45 @@
 """Benchmark: how well offline diagnosis attributes the scenario fixtures, against a naive baseline.
 
-Run: ``.venv/bin/python benchmarks/bench_diagnosis.py [--scenarios tests/scenarios] [--verbose]``.
+Run: ``.venv/bin/python benchmarks/bench_diagnosis.py [--scenarios tests/scenarios]
+[--heldout tests/scenarios/heldout] [--verbose]``.
 
-For every directory of ``tests/scenarios`` (its ``expected.json`` is the ground truth) it runs
-``medic.diagnose.diagnose_directory`` and, on the same files in the same run, the plain approach a
-script would take: **blame every node that printed an error line, and take the domain of the first
-error line** (an error line: one with ``error``, ``fail``, ``exception``, ``xid``, ``killed``,
-``timeout``... in it; its domain from keywords; action ``stop`` for an application error,
-``restart`` otherwise, ``none`` without any error line).
+Two parts are scored separately, never pooled:
 
-Figures, for medic and the baseline:
+* the **developed** part: every directory of ``--scenarios`` with an ``expected.json`` (written
+  next to the rules, so it measures fit, not generalisation);
+* the **held-out** part: every directory of ``--heldout`` (default ``<scenarios>/heldout``),
+  modelled on public incident threads, whose answers were written from the thread before medic was
+  run on it; its ``expected.json`` also names the issue-12 ``class`` (``"3-network"``: the leading
+  number is the class), and the figures are given per class too.
 
+For every scenario it runs ``medic.diagnose.diagnose_directory`` and, on the same files in the same
+run, two baselines:
+
+* **naive**: the plain approach a script would take: blame every node that printed an error line,
+  and take the domain of the first error line (an error line: one with ``error``, ``fail``,
+  ``exception``, ``xid``, ``killed``, ``timeout``... in it; its domain from keywords; action
+  ``stop`` for an application error, ``restart`` otherwise, ``none`` without any error line);
+* **always restart**: what a restart-everything agent does (NVRx's restart agent): action
+  ``restart`` on every scenario, nobody implicated, the domain of the naive rule (so only the
+  action policy differs from naive).
+
+Figures, for medic and each baseline:
+
+* ``exact`` (fully right: domain, action and implicated nodes all as expected) share and count;
 * domain and action accuracy (share of scenarios with the expected value);
 * implicated-node precision and recall, micro-averaged (summed over scenarios);
+* ``healthy_implicated``: implicated nodes the answer does not name (each a wrongly excluded node);
 * ``stop_on_infrastructure``: scenarios whose expected domain is hardware, network,
   system_software or scheduler that were told to stop (must be 0: a false stop kills a healthy
   run for good);
 * throughput (lines per second) of medic's diagnosis.
 
-medic's figures are given over all scenarios and over those the current catalogue can already
-read (``needs_catalogue_v2`` false). Aims: domain >= 95 %, node precision 100 %, recall >= 95 %,
-no stop on infrastructure faults. The last line printed is one JSON object with every figure.
+medic's developed-part figures are also given over the scenarios the current catalogue can already
+read (``needs_catalogue_v2`` false). Aims: exact >= 95 % on the held-out part, domain >= 95 %, node
+precision 100 % (no healthy node implicated), recall >= 95 %, no stop on infrastructure faults. The
+last line printed is one JSON object with every figure: the developed part's under ``medic``,
+``medic_current_catalogue``, ``naive`` and ``always_restart`` (as before), the held-out part's under
+``heldout``.
 """
 
 from __future__ import annotations
@@ -40,6 +59,7 @@ from medic.diagnose import JOB_OUT, diagnose_directory
 ROOT = Path(__file__).resolve().parents[1]
 INFRASTRUCTURE = frozenset({"hardware", "network", "system_software", "scheduler"})
 AIMS = {"domain_accuracy": 0.95, "node_precision": 1.0, "node_recall": 0.95}
+HELDOUT_AIMS = {**AIMS, "exact": 0.95}
 
 _ERROR = re.compile(
     r"\b(?:errors?|fail(?:s|ed|ure)?|fatal|exception|traceback|xid|killed|timed? ?out|abort(?:ed)?)"
@@ -87,7 +107,19 @@ def naive(directory: Path) -> Outcome:
     return Outcome(domain, "stop" if domain == "application" else "restart", frozenset(nodes))
 
 
-def score(rows: Iterable[tuple[dict[str, Any], Outcome]]) -> dict[str, Any]:
+def always_restart(directory: Path) -> Outcome:
+    """Restart everything, blame nobody; the domain of the naive rule."""
+    return Outcome(naive(directory).domain, "restart", frozenset())
+
+
+def class_of(expected: dict[str, Any]) -> str:
+    """The issue-12 class number of a held-out scenario (``"3-network"`` -> ``"3"``)."""
+    return str(expected.get("class", "?")).split("-", 1)[0]
+
+
+def score(
+    rows: Iterable[tuple[dict[str, Any], Outcome]], aims: dict[str, float] = AIMS
+) -> dict[str, Any]:
     """Accuracy, micro precision/recall and false stops over (expected, outcome) pairs."""
     n = tp = fp = fn = domain_ok = action_ok = exact = stops = 0
     for expected, got in rows:
@@ -109,6 +141,8 @@ def score(rows: Iterable[tuple[dict[str, Any], Outcome]]) -> dict[str, Any]:
         "domain_accuracy": round(domain_ok / n, 4) if n else None,
         "action_accuracy": round(action_ok / n, 4) if n else None,
         "exact": round(exact / n, 4) if n else None,
+        "exact_count": exact,
+        "healthy_implicated": fp,
         "node_precision": round(tp / (tp + fp), 4) if tp + fp else 1.0,
         "node_recall": round(tp / (tp + fn), 4) if tp + fn else 1.0,
         "stop_on_infrastructure": stops,
@@ -116,67 +150,126 @@ def score(rows: Iterable[tuple[dict[str, Any], Outcome]]) -> dict[str, Any]:
     result["aims_met"] = (
         n > 0
         and result["stop_on_infrastructure"] == 0
-        and all(result[k] is not None and result[k] >= v for k, v in AIMS.items())
+        and all(result[k] is not None and result[k] >= v for k, v in aims.items())
     )
     return result
+
+
+Rows = list[tuple[dict[str, Any], Outcome]]
+APPROACHES = ("medic", "naive", "always_restart")
+
+
+@dataclass
+class Part:
+    """One part's rows for each approach, and medic's timing."""
+
+    rows: dict[str, Rows]
+    names: list[str]
+    lines: int = 0
+    seconds: float = 0.0
+
+
+def scenario_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "expected.json").is_file())
+
+
+def run_part(directories: list[Path], label: str, verbose: bool) -> Part:
+    part = Part(rows={a: [] for a in APPROACHES}, names=[d.name for d in directories])
+    for directory in directories:
+        expected = json.loads((directory / "expected.json").read_text(encoding="utf-8"))
+        started = time.perf_counter()
+        diagnosis = diagnose_directory(directory)
+        part.seconds += time.perf_counter() - started
+        part.lines += diagnosis.lines
+        v = diagnosis.verdict
+        got = Outcome(v.domain.value, v.action.value, frozenset(v.implicated_nodes))
+        plain = naive(directory)
+        outcomes = {"medic": got, "naive": plain, "always_restart": always_restart(directory)}
+        for approach, outcome in outcomes.items():
+            part.rows[approach].append((expected, outcome))
+        if verbose:
+            want = (expected["domain"], expected["action"], frozenset(expected["implicated_nodes"]))
+            mark = "ok " if (got.domain, got.action, got.nodes) == want else "BAD"
+            v2 = " [v2]" if expected.get("needs_catalogue_v2") else ""
+            print(
+                f"{mark} {label:<9} {directory.name:<44} medic {got.domain}/{got.action}/"
+                f"{sorted(got.nodes)}  naive {plain.domain}/{plain.action}/{sorted(plain.nodes)}"
+                f"  expected {expected['domain']}/{expected['action']}/"
+                f"{expected['implicated_nodes']}{v2}"
+            )
+    return part
+
+
+def line(name: str, s: dict[str, Any]) -> str:
+    if not s["scenarios"]:
+        return f"{name:<34} (no scenarios)"
+    return (
+        f"{name:<34} exact {s['exact']:.0%} ({s['exact_count']}/{s['scenarios']})"
+        f"  domain {s['domain_accuracy']:.0%}  action {s['action_accuracy']:.0%}"
+        f"  node precision {s['node_precision']:.0%}  recall {s['node_recall']:.0%}"
+        f"  healthy implicated {s['healthy_implicated']}"
+        f"  stop on infrastructure {s['stop_on_infrastructure']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scenarios", type=Path, default=ROOT / "tests" / "scenarios")
+    parser.add_argument(
+        "--heldout", type=Path, default=None, help="held-out part (default: <scenarios>/heldout)"
+    )
     parser.add_argument("--verbose", action="store_true", help="one line per scenario")
     args = parser.parse_args(argv)
-    directories = sorted(p for p in args.scenarios.iterdir() if (p / "expected.json").is_file())
-    medic_rows, naive_rows, current_rows = [], [], []
-    lines = 0
-    seconds = 0.0
-    for directory in directories:
-        expected = json.loads((directory / "expected.json").read_text(encoding="utf-8"))
-        started = time.perf_counter()
-        diagnosis = diagnose_directory(directory)
-        seconds += time.perf_counter() - started
-        lines += diagnosis.lines
-        v = diagnosis.verdict
-        got = Outcome(v.domain.value, v.action.value, frozenset(v.implicated_nodes))
-        plain = naive(directory)
-        medic_rows.append((expected, got))
-        naive_rows.append((expected, plain))
-        if not expected.get("needs_catalogue_v2"):
-            current_rows.append((expected, got))
-        if args.verbose:
-            mark = (
-                "ok "
-                if (got.domain, got.action) == (expected["domain"], expected["action"])
-                else "BAD"
-            )
-            v2 = " [v2]" if expected.get("needs_catalogue_v2") else ""
-            print(
-                f"{mark} {directory.name:<36} medic {got.domain}/{got.action}/{sorted(got.nodes)}"
-                f"  naive {plain.domain}/{plain.action}/{sorted(plain.nodes)}"
-                f"  expected {expected['domain']}/{expected['action']}/"
-                f"{expected['implicated_nodes']}{v2}"
-            )
-    report = {
+    heldout_root = args.heldout if args.heldout is not None else args.scenarios / "heldout"
+    developed = run_part(scenario_dirs(args.scenarios), "developed", args.verbose)
+    heldout = run_part(scenario_dirs(heldout_root), "held-out", args.verbose)
+
+    current = [(e, o) for e, o in developed.rows["medic"] if not e.get("needs_catalogue_v2")]
+    classes = sorted({class_of(e) for e, _ in heldout.rows["medic"]})
+    per_class = {
+        c: {a: score([(e, o) for e, o in heldout.rows[a] if class_of(e) == c]) for a in APPROACHES}
+        for c in classes
+    }
+    lines = developed.lines + heldout.lines
+    seconds = developed.seconds + heldout.seconds
+    report: dict[str, Any] = {
         "benchmark": "diagnosis",
-        "medic": score(medic_rows),
-        "medic_current_catalogue": score(current_rows),
-        "naive": score(naive_rows),
+        "medic": score(developed.rows["medic"]),
+        "medic_current_catalogue": score(current),
+        "naive": score(developed.rows["naive"]),
+        "always_restart": score(developed.rows["always_restart"]),
+        "heldout": {
+            "path": str(heldout_root),
+            **{a: score(heldout.rows[a], HELDOUT_AIMS) for a in APPROACHES},
+            "per_class": per_class,
+            "medic_wrong": [
+                n
+                for n, (e, o) in zip(heldout.names, heldout.rows["medic"], strict=True)
+                if (o.domain, o.action, o.nodes)
+                != (e["domain"], e["action"], frozenset(e["implicated_nodes"]))
+            ],
+        },
         "lines": lines,
         "lines_per_second": round(lines / seconds) if seconds else None,
         "needs_catalogue_v2": [
-            d.name
-            for d, (e, _) in zip(directories, medic_rows, strict=True)
+            n
+            for n, (e, _) in zip(developed.names, developed.rows["medic"], strict=True)
             if e.get("needs_catalogue_v2")
         ],
     }
-    for name in ("medic", "medic_current_catalogue", "naive"):
-        s = report[name]
-        print(
-            f"{name:<24} domain {s['domain_accuracy']:.0%}  action {s['action_accuracy']:.0%}"
-            f"  exact {s['exact']:.0%}  node precision {s['node_precision']:.0%}"
-            f"  recall {s['node_recall']:.0%}  stop on infrastructure {s['stop_on_infrastructure']}"
-            f"  ({s['scenarios']} scenarios)"
-        )
+    print("developed part (tests/scenarios/*, written next to the rules)")
+    print(line("  medic", report["medic"]))
+    print(line("  medic (current catalogue)", report["medic_current_catalogue"]))
+    print(line("  naive", report["naive"]))
+    print(line("  always restart", report["always_restart"]))
+    print(f"held-out part ({heldout_root}, answers written before running medic)")
+    for approach in APPROACHES:
+        print(line(f"  {approach.replace('_', ' ')}", report["heldout"][approach]))
+    for c in classes:
+        for approach in APPROACHES:
+            print(line(f"  class {c} {approach.replace('_', ' ')}", per_class[c][approach]))
     print(json.dumps(report, sort_keys=True))
     return 0
 

@@ -6,6 +6,13 @@ Each directory here is one failed (or healthy) attempt: ``<node>.log`` per node 
 - ``domain``, ``action``, ``implicated_nodes``: what the verdict must say;
 - ``node_action`` (optional): the node repair the verdict must call for;
 - ``summary_contains`` (optional): strings the summary must carry (Xid 154's printed action ...).
+
+``heldout/`` holds the held-out part (issue 12): scenarios modelled on public incident threads
+whose answers were written from the thread before medic was run on them. They measure
+generalisation and are not required to pass one by one (``benchmarks/bench_diagnosis.py`` scores
+them); here they must be well formed, and the number medic gets fully right must not fall below
+the floor in ``heldout/floor.json``. That floor is a ratchet: raise it when medic improves, never
+lower it, and never change an expected answer or a rule only to pass a held-out case.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ from medic.diagnose import Diagnosis, diagnose_directory
 HERE = Path(__file__).resolve().parent
 SCENARIOS = sorted(p for p in HERE.iterdir() if (p / "expected.json").is_file())
 DOMAINS = {"hardware", "network", "system_software", "application", "scheduler", "none"}
+ACTIONS = {"restart", "stop", "none"}
+HELDOUT = HERE / "heldout"
+HELDOUT_SCENARIOS = sorted(p for p in HELDOUT.iterdir() if (p / "expected.json").is_file())
+HELDOUT_KEYS = {
+    "description", "class", "domain", "action", "implicated_nodes", "source", "quote", "written",
+    "split",
+}  # fmt: skip
 
 
 def _expected(path: Path) -> dict[str, Any]:
@@ -68,6 +82,51 @@ def test_no_scenario_blames_a_node_without_its_own_evidence() -> None:
         diagnosis = diagnose_directory(path)
         placed = {e.node for e in diagnosis.evidence}
         assert diagnosis.verdict.implicated_nodes <= placed, path.name
+
+
+# --- the held-out part -----------------------------------------------------------------------
+
+
+def _fully_right(path: Path) -> bool:
+    expected = _expected(path)
+    got = diagnose_directory(path).to_json()
+    return all(got[k] == expected[k] for k in ("domain", "action")) and set(
+        got["implicated_nodes"]
+    ) == set(expected["implicated_nodes"])
+
+
+def test_heldout_part_is_large_and_separate() -> None:
+    assert len(HELDOUT_SCENARIOS) >= 30
+    assert not {p.name for p in HELDOUT_SCENARIOS} & {p.name for p in SCENARIOS}
+    assert HELDOUT not in SCENARIOS
+    classes = {str(_expected(p)["class"]).split("-", 1)[0] for p in HELDOUT_SCENARIOS}
+    assert classes == {str(c) for c in range(1, 9)}
+
+
+@pytest.mark.parametrize("path", HELDOUT_SCENARIOS, ids=[p.name for p in HELDOUT_SCENARIOS])
+def test_heldout_fixture_is_well_formed(path: Path) -> None:
+    expected = _expected(path)
+    assert expected.keys() >= HELDOUT_KEYS, HELDOUT_KEYS - expected.keys()
+    assert expected["split"] == "held-out"
+    assert expected["domain"] in DOMAINS and expected["action"] in ACTIONS
+    assert str(expected["class"]).split("-", 1)[0] in {str(c) for c in range(1, 9)}
+    sources = expected["source"] if isinstance(expected["source"], list) else [expected["source"]]
+    assert sources and all(u.startswith("https://github.com/") for u in sources), sources
+    assert expected["quote"].strip() and expected["description"].strip()
+    logs = {p.stem for p in path.glob("*.log")}
+    assert len(logs) >= 2, "held-out scenarios are multi-node"
+    job_out = path / "job.out"
+    named = job_out.read_text(encoding="utf-8", errors="replace") if job_out.is_file() else ""
+    for node in expected["implicated_nodes"]:
+        assert node in logs or node in named, node
+    if "node_action" in expected:
+        assert expected["node_action"] and expected["implicated_nodes"]
+
+
+def test_heldout_score_does_not_fall_below_the_floor() -> None:
+    floor = json.loads((HELDOUT / "floor.json").read_text(encoding="utf-8"))
+    right = [p.name for p in HELDOUT_SCENARIOS if _fully_right(p)]
+    assert len(right) >= floor["fully_right"], right
 
 
 # --- the command ----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medic.api.auth import READERS, require
 from medic.api.openapi import problems
 from medic.api.problems import Forbidden
-from medic.api.schemas_repairs import AGENT_PREFIX, AlertIn, AlertOut
+from medic.api.schemas_alerts import AGENT_PREFIX, AlertIn, AlertOut
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import ClusterName, NodeName
 from medic.domain.repairs import Alert, AlertSource, AlertState

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from medic.api.schemas_repairs import AlertOut
+from medic.api.schemas_alerts import AlertOut
 from medic.cli.common import emit, settings_of
 from medic.cli.tokens import who
 from medic.domain.ids import ClusterName, NodeName

@@ -282,11 +282,15 @@ class RepairPolicy:
     """How long a signal must hold before it becomes a recommendation (per-key overrides below)."""
     persistence_overrides: dict[str, float] = field(default_factory=dict, hash=False)
     max_concurrent_fraction: float = 0.05
-    """Concurrency budget: at most this fraction of the cluster's nodes under repair (>= 1)."""
+    """Concurrency budget: each pool (partition) gives repairs at work at once its share,
+    ``max(1, ceil(fraction x pool nodes))``, and the cluster as a whole at most
+    ``max(1, floor(fraction x cluster nodes))``; a repair waiting for a busy node holds a waiting
+    slot, bounded by the same numbers, not a working one."""
     breaker_fraction: float = 0.10
-    """Trip the circuit breaker when automatic repairs hit this fraction of nodes ..."""
+    """Trip the circuit breaker when this fraction of the cluster's nodes, or of one pool's,
+    began firing a repairable alert (or had a repair approved automatically) ..."""
     breaker_window_seconds: float = 600.0
-    """... within this window."""
+    """... within this window: a cluster-level cause is likely, automatic repair pauses."""
     detector_cap_per_hour: int = 50
     """Per-cluster cap on detector-initiated repair requests per hour."""
     validate_after: frozenset[RepairAction] = frozenset({RepairAction.MIGRATE})

@@ -80,6 +80,7 @@ _HOST = re.compile(
     r"^(?P<nccl>[A-Za-z][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]"
     r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d (?P<syslog>[A-Za-z][\w.-]{0,62}) kernel: "
     r"|^srun: error: (?P<srun>[A-Za-z][\w.-]{0,62}): tasks? \d"
+    r"|^slurmstepd-(?P<stepd>[A-Za-z][\w.-]{0,62}): "
 )
 
 
@@ -140,6 +141,8 @@ class _File:
     node: NodeName | None
     first_seq: int = 0
     first_time: datetime | None = None
+    printed: bool = False
+    """Whether the file has any non-blank line."""
 
 
 def _files(directory: Path) -> list[_File]:
@@ -219,7 +222,8 @@ def _line(text: str, f: _File, known: frozenset[NodeName], when: datetime, seq: 
     kernel = rank is None and _KERNEL.search(text[:200]) is not None
     node = f.node
     if node is None and (match := _HOST.match(body)):
-        node = _host(match.group("nccl") or match.group("syslog") or match.group("srun"), known)
+        name = match.group("nccl") or match.group("syslog") or match.group("srun")
+        node = _host(name or match.group("stepd"), known)
     stream = LogStream.KERNEL if kernel else LogStream.JOB
     return LogLine(stream, text, when, node, None, rank, seq)
 
@@ -253,6 +257,7 @@ def diagnose_directory(
         batch: list[LogLine] = []
         for text in _lines(f.path):
             seq += 1
+            f.printed = f.printed or bool(text.strip())
             stamp = _stamp(strip_rank_prefix(text)[0], year)
             if stamp is not None:
                 last = stamp
@@ -287,6 +292,7 @@ def diagnose_directory(
         window_seconds=window_seconds,
         rank_nodes={**seen_ranks, **(rank_nodes or {})},
         gpus_per_node=gpus_per_node,
+        silent_nodes=_silent(files),
     )
     return Diagnosis(
         path=str(directory),
@@ -298,6 +304,15 @@ def diagnose_directory(
         lines=seq,
         detections=len(detections),
     )
+
+
+def _silent(files: list[_File]) -> frozenset[NodeName]:
+    """Node files with nothing in them, when another node's file has lines (a node that never
+    started its part); none when no node printed anything (every line in job.out)."""
+    nodes = [f for f in files if f.node is not None]
+    if not any(f.printed for f in nodes):
+        return frozenset()
+    return frozenset(f.node for f in nodes if f.node is not None and not f.printed)
 
 
 def _file_of(seq: int, files: list[_File], starts: list[int]) -> _File:

@@ -40,10 +40,11 @@ Pure: no I/O, no clock reads (``now`` is passed in), never raises on any detecti
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from medic.attribute.deterministic import deterministic_errors, is_curable
 from medic.attribute.evidence import describe, node_list, notes, select_evidence
 from medic.attribute.grouping import (
     DEFAULT_GPUS_PER_NODE,
@@ -53,6 +54,14 @@ from medic.attribute.grouping import (
     strength,
     utc,
 )
+from medic.attribute.launch import silent_node_findings
+from medic.attribute.outcome import (
+    completed_verdict,
+    completion_evidence,
+    scheduler_fact,
+    scheduler_verdict,
+)
+from medic.config.settings import DEFAULT_DETERMINISTIC_ERRORS
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity, Verdict
 from medic.domain.ids import JobId, NodeName, SignatureId
@@ -75,14 +84,6 @@ NODE_FAIL_SIGNATURE_ID = SignatureId("medic.scheduler.node_fail")
 _MAX_DECISIVE = 8
 _FAILING_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL})
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
-# Messages a retry can cure even when every rank prints them: I/O errnos of a shared filesystem or
-# the network (EIO, ECONNABORTED, ECONNRESET, ENOTCONN, ESHUTDOWN, ETIMEDOUT, ECONNREFUSED,
-# EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO) and non-finite values (a bad batch or a flipped bit;
-# NVRx category 27 restarts them).
-_CURABLE = re.compile(
-    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite",
-    re.IGNORECASE,
-)
 
 
 def fan_out_kernel(
@@ -141,7 +142,7 @@ def _established(app_roots: Sequence[Detection], run: AttemptEvents) -> list[Det
         if "exception" not in d.fields:
             continue
         text = f"{d.fields['exception']}: {d.fields.get('message', '')}"
-        if _CURABLE.search(text):
+        if is_curable(d):
             continue
         key = (d.signature_id, _NUMBERS.sub("N", text), run.step_at(d.time))
         groups.setdefault(key, []).append(d)
@@ -181,6 +182,23 @@ def _stop_verdict(
     )
 
 
+def _deterministic(
+    run: AttemptEvents, in_window: Sequence[Detection], names: Collection[str]
+) -> list[Detection]:
+    """The listed deterministic errors that decide the attempt (rule 4, see
+    :mod:`medic.attribute.deterministic`): none when a root with evidence against a node is in
+    the window, or an infrastructure root came before the error."""
+    listed = deterministic_errors(
+        run.roots, run.confirmations, names, multi_node=len(set(run.nodes)) >= 2
+    )
+    if not listed or any(strength(d) == 3 for d in in_window):
+        return []
+    head = min(listed, key=order)
+    if any(strength(d) == 2 and order(d) < order(head) for d in run.roots):
+        return []
+    return [d for d in listed if d.signature_id == head.signature_id][:_MAX_DECISIVE] or [head]
+
+
 def _root_verdict(
     job: Job,
     attempt: int,
@@ -188,6 +206,7 @@ def _root_verdict(
     failed_nodes: frozenset[NodeName],
     now: datetime,
     window_seconds: float,
+    deterministic: Collection[str] = DEFAULT_DETERMINISTIC_ERRORS,
 ) -> Verdict:
     horizon = order(run.roots[0])[0] + timedelta(seconds=max(window_seconds, 0.0))
     in_window = [d for d in run.roots if utc(d.time) <= horizon]
@@ -199,6 +218,9 @@ def _root_verdict(
         decisive = _established(app_roots, run)
         if decisive is not None:
             return _stop_verdict(job, attempt, run, decisive, implicated, now)
+    listed = _deterministic(run, in_window, deterministic)
+    if listed:
+        return _stop_verdict(job, attempt, run, listed, implicated, now)
     # STOP comes only from the established-evidence rule above, never from one line.
     action = JobAction.RESTART if primary.action is JobAction.STOP else primary.action
     if strength(primary) == 3:
@@ -302,6 +324,8 @@ def attribute(
     window_seconds: float = DEFAULT_WINDOW_SECONDS,
     rank_nodes: Mapping[int, NodeName] | None = None,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    deterministic: Collection[str] = DEFAULT_DETERMINISTIC_ERRORS,
+    silent_nodes: frozenset[NodeName] = frozenset(),
 ) -> Verdict:
     """The verdict for ``attempt`` of ``job`` from its detections (see the module docstring).
 
@@ -309,15 +333,35 @@ def attribute(
     count as this attempt's, so unstamped and kernel detections can be passed as they are).
     ``failed_nodes`` are the job's nodes the scheduler reports as failed. A detection with a rank
     but no node is placed with ``rank_nodes`` when it names the rank, else with the default layout
-    (``rank // gpus_per_node`` indexes ``job.nodes``).
+    (``rank // gpus_per_node`` indexes ``job.nodes``). ``deterministic`` lists the errors that stop
+    after one attempt (``policy.deterministic_errors``); ``silent_nodes`` are the job's nodes that
+    printed nothing in the attempt while the others did.
     """
-    run = AttemptEvents(
-        job,
-        attempt,
-        [*detections, *node_failures(job, attempt, failed_nodes, now)],
-        gpus_per_node=gpus_per_node,
-        rank_nodes=rank_nodes,
-    )
+    given = [*detections, *node_failures(job, attempt, failed_nodes, now)]
+    run = AttemptEvents(job, attempt, given, gpus_per_node=gpus_per_node, rank_nodes=rank_nodes)
+    marks = completion_evidence(run.all)
+    if marks:
+        return completed_verdict(job, attempt, marks, len(run.roots) + len(run.cascades), now)
+    fact = scheduler_fact(job, run.all)
+    if fact is not None:
+        first = fact.evidence[0] if fact.evidence else None
+        earlier = [
+            d for d in run.implicating
+            if d.role is Role.ROOT and first is not None and order(d) < order(first)
+        ]  # fmt: skip
+        if fact.action is JobAction.NONE or not earlier:
+            return scheduler_verdict(job, attempt, fact, len(run.cascades), now)
+    failing = bool(run.roots or run.cascades) or job.state in _FAILING_STATES
+    if silent_nodes and failing and not run.implicating:
+        when = min((d.time for d in run.all), default=now)
+        quiet = silent_node_findings(job.id, attempt, silent_nodes, job.nodes, when)
+        if quiet and not _deterministic(run, run.roots, deterministic):
+            run = AttemptEvents(
+                job, attempt, [*given, *quiet], gpus_per_node=gpus_per_node, rank_nodes=rank_nodes
+            )
     if run.roots:
-        return _root_verdict(job, attempt, run, failed_nodes, now, window_seconds)
+        return _root_verdict(job, attempt, run, failed_nodes, now, window_seconds, deterministic)
+    listed = _deterministic(run, [], deterministic) if failing else []
+    if listed:
+        return _stop_verdict(job, attempt, run, listed, run.implicated(failed_nodes), now)
     return _fallback_verdict(job, attempt, run, failed_nodes, now)

@@ -11,7 +11,12 @@ attempt (or unstamped: ``attempt`` -1). Placement:
   failure on node003", printed by srun on another host) is placed on the node it names: the line
   is about that node, not about the host that printed it.
 
-Then the attempt's Xids are reinterpreted in context (:mod:`medic.attribute.xid`).
+Then the context rules rewrite or add detections: launch failures of a minority of nodes
+implicate them (:mod:`medic.attribute.launch`), the attempt's Xids are reinterpreted in context
+(:mod:`medic.attribute.xid`), peers' errors pointing at one node implicate it and the same fault
+on many nodes implicates none (:mod:`medic.attribute.network`), and per-rank reports name a
+straggler or a dead process (:mod:`medic.attribute.reports`). Implicated nodes outside the first
+NVLink domain to fail are victims (:mod:`medic.attribute.fate`).
 
 Pure: no I/O, no clock reads.
 """
@@ -23,6 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from medic.attribute.fate import fate_victims
+from medic.attribute.launch import launch_failures
+from medic.attribute.network import apply_network_rules
+from medic.attribute.reports import apply_report_rules
 from medic.attribute.xid import apply_xid_rules
 from medic.domain.cluster import Job
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
@@ -135,7 +144,17 @@ class AttemptEvents:
             if (d.job_id is None or d.job_id == job.id) and d.attempt in (attempt, -1)
         ]
         placed = place(mine, job.nodes, gpus_per_node=gpus_per_node, rank_nodes=rank_nodes)
-        own = sorted(apply_xid_rules(placed), key=order)
+        contextual = apply_network_rules(
+            apply_xid_rules(launch_failures(placed, job.nodes)), job.nodes
+        )
+
+        def rank_node(rank: int) -> NodeName | None:
+            return node_of_rank(rank, job.nodes, gpus_per_node=gpus_per_node, rank_nodes=rank_nodes)
+
+        own = sorted(apply_report_rules(contextual, job.nodes, rank_node), key=order)
+        self.all = own
+        """Every detection of the attempt, context rules applied, in order (noise included)."""
+        self.nodes = tuple(job.nodes)
         # A "fault" in domain none is a contradiction (a malformed signature): not evidence.
         faults = [d for d in own if d.domain is not FaultDomain.NONE]
         self.roots = [d for d in faults if d.role is Role.ROOT and is_fatal(d)]
@@ -147,6 +166,8 @@ class AttemptEvents:
             for d in faults
             if d.implicates_node and d.node is not None and d.role in (Role.ROOT, Role.CONFIRMATION)
         ]
+        self.victims = fate_victims(own, self.implicating)
+        """Nodes with evidence of their own outside the first NVLink domain to fail."""
         steps = [(utc(d.time), _int(d.fields.get("step"))) for d in own if d.role is Role.PROGRESS]
         known = [(t, s) for t, s in steps if s is not None]
         self._step_times = [t for t, _ in known]
@@ -161,4 +182,5 @@ class AttemptEvents:
 
     def implicated(self, failed_nodes: frozenset[NodeName]) -> frozenset[NodeName]:
         """Nodes with direct evidence against them, plus the nodes the scheduler reports failed."""
-        return frozenset(d.node for d in self.implicating if d.node is not None) | failed_nodes
+        own = frozenset(d.node for d in self.implicating if d.node is not None)
+        return (own - self.victims) | failed_nodes

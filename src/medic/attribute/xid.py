@@ -17,6 +17,10 @@ The catalogue classifies one line at a time; these rules look at every Xid of th
   row-remap path (catalog §6.2, ``WORKFLOW_XID_48``): still implicating, node action
   ``drain_reset`` (let the node's other jobs finish, then reset the GPU to activate the remap);
   the 63/64 lines become its confirmations.
+- **94** (contained ECC error, the application restarted): the driver contained the error to
+  the faulting application; restart the job without excluding the node (not implicating), unless
+  it recurs on that node (:data:`CONTAINED_REPEAT` occurrences within the attempt; across attempts
+  the repair ladder sees it in the node's own kernel log).
 - **154** (recovery action changed): the driver's own recommendation. Its printed action
   (``GPU Reset Required``, ``Node Reboot Required``, ...) is kept in ``fields["recovery_action"]``
   and carried into the verdict; ``None`` is no finding. It confirms another Xid root of its node.
@@ -41,6 +45,7 @@ from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Seve
 from medic.domain.ids import NodeName, SignatureId
 
 __all__ = [
+    "CONTAINED_REPEAT",
     "NODE_ACTIONS",
     "REPEAT_THRESHOLD",
     "ROW_REMAP_NODE_ACTION",
@@ -72,6 +77,9 @@ NODE_ACTIONS = (
 """Node repair actions, lightest first (the heaviest one called for wins)."""
 
 _REPEATABLE = frozenset({13, 31})
+_CONTAINED = 94
+CONTAINED_REPEAT = 2
+"""Occurrences of a contained Xid 94 on one node within an attempt that make it the node's."""
 _APPLICATION = frozenset({13, 31, 43})
 _COLLATERAL = frozenset({45})
 _ECC_DBE = 48
@@ -185,6 +193,8 @@ def apply_xid_rules(detections: Sequence[Detection]) -> list[Detection]:
         per_gpu[(d.node, _gpu(d))].add(code)
         if code in _REPEATABLE:
             occurrences[(d.node, _gpu(d), code)].add(_occurrence(d))
+        if code == _CONTAINED:
+            occurrences[(d.node, None, code)].add(_occurrence(d))
         if code != _RECOVERY and d.role is Role.ROOT:
             xid_roots.add(d.node)
     result: list[Detection] = []
@@ -212,6 +222,11 @@ def _rewrite(
             return replace(repeated, signature_id=XID_REPEATED_SIGNATURE_ID)
     if code in _APPLICATION:
         return replace(d, domain=FaultDomain.APPLICATION, implicates_node=False)
+    if code == _CONTAINED:
+        seen = len(occurrences[(d.node, None, code)])
+        if seen >= CONTAINED_REPEAT and d.node is not None:
+            return replace(d, fields=_with(d, xid_rule="contained_repeated", occurrences=str(seen)))
+        return replace(d, implicates_node=False, fields=_with(d, xid_rule="contained"))
     if code == _ECC_DBE:
         if per_gpu[gpu] & _ROW_REMAP:
             return _hardware(d, Role.ROOT, node_action=ROW_REMAP_NODE_ACTION, xid_rule="row_remap")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from medic.domain.cluster import Mode
 
 __all__ = [
+    "DEFAULT_DETERMINISTIC_ERRORS",
     "ApiSettings",
     "AttributionSettings",
     "ControllerSettings",
@@ -101,8 +102,36 @@ class DetectSettings:
     declare it down and end the job itself (Slurm: ``SlurmdTimeout``) before medic acts."""
 
 
+DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
+    "TypeError",
+    "NameError",
+    "AttributeError",
+    "ImportError",
+    "ModuleNotFoundError",
+    "SyntaxError",
+    "IndentationError",
+    "FileNotFoundError",
+    "python.import_error",
+    "python.file_not_found",
+    "python.checkpoint_not_found",
+    "python.argparse_error",
+    "python.env_var_missing",
+    "nccl.loopback_interface",
+    "nccl.no_socket_interface",
+    "nccl.invalid_usage",
+    "nccl.invalid_argument",
+    "nccl.duplicate_gpu",
+)
+"""Code and configuration errors of the user's program (issue 12, rule 4): exception class names
+and signature ids."""
+
+
 @dataclass(frozen=True, slots=True)
 class PolicySettings:
+    deterministic_errors: tuple[str, ...] = DEFAULT_DETERMINISTIC_ERRORS
+    """Errors a retry cannot cure: stop the job after one attempt when one of them (a Python
+    exception class name such as ``TypeError``, or a signature id such as
+    ``nccl.loopback_interface``) is the attempt's root, even when only one rank raised it."""
     max_attempts_without_progress: int = 3
     """Stop a job when its last N attempts saved no new checkpoint."""
     restart_on_straggler: bool = False

@@ -326,7 +326,8 @@ class JobEvaluator:
                 watch.decided = True
             return
         evidence = [*watch.recent_progress, *watch.evidence]
-        verdict = attribute(job, watch.attempt, evidence, now=now)
+        deterministic = self._settings.policy.deterministic_errors
+        verdict = attribute(job, watch.attempt, evidence, now=now, deterministic=deterministic)
         attempts = self._store.list_attempts(self._cluster, job.id)
         request = decide(
             verdict,

@@ -1,0 +1,121 @@
+"""Launch failures name their node (issue 12, rule 2).
+
+A job that never started because one node could not launch its part shows it in that node's own
+lines: pyxis/enroot could not import or start the container (``slurmstepd-node003: error: pyxis:
+...``), PMIx or PMI-2 wire-up failed there, srun reports ``Task launch for StepId=... failed on
+node node003``. When such evidence comes from a strict minority of the job's nodes (and fewer than
+:data:`~medic.attribute.network.SYSTEMIC_NODES`), those nodes are implicated; on every node alike
+(a registry down, a wrong image name) it names nobody.
+
+A node that printed nothing while every other node did (``silent_nodes``, given by the caller
+that reads the logs) never started its part either: when the attempt failed and nothing else
+implicates a node, it is implicated with a derived finding (:data:`SILENT_NODE_SIGNATURE_ID`).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from medic.attribute.network import SYSTEMIC_NODES
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity
+from medic.domain.ids import JobId, NodeName, SignatureId
+
+__all__ = [
+    "LAUNCH_SIGNATURE_PREFIXES",
+    "SILENT_NODE_SIGNATURE_ID",
+    "launch_failures",
+    "silent_node_findings",
+]
+
+SILENT_NODE_SIGNATURE_ID = SignatureId("medic.launch.silent_node")
+LAUNCH_SIGNATURE_PREFIXES = (
+    "pyxis.",
+    "enroot.",
+    "spank.",
+    "docker.",
+    "container.",
+    "pmix.",
+    "slurm.task_launch_failed",
+    "slurm.pmix_error",
+    "slurm.pmi2_error",
+    "slurm.tmpdir_failed",
+    "slurm.execve_failed",
+    "gpu.container_cli_error",
+)
+
+
+def _is_launch(d: Detection) -> bool:
+    return (
+        d.signature_id.startswith(LAUNCH_SIGNATURE_PREFIXES)
+        and d.role in (Role.ROOT, Role.CASCADE)
+        and d.domain is not FaultDomain.NONE
+    )
+
+
+def _minority(count: int, total: int) -> bool:
+    return 0 < count < SYSTEMIC_NODES and count * 2 < max(total, 2) + (1 if total == 2 else 0)
+
+
+def launch_failures(detections: Sequence[Detection], nodes: Sequence[NodeName]) -> list[Detection]:
+    """The detections, launch failures of a minority of nodes rewritten to implicate their node
+    (as roots: the node could not start its part)."""
+    known = set(nodes)
+    placed: dict[int, NodeName] = {}
+    for i, d in enumerate(detections):
+        if not _is_launch(d):
+            continue
+        named = d.fields.get("node")
+        node = NodeName(named) if named in known else d.node
+        if node is not None and node in known:
+            placed[i] = node
+    failing = set(placed.values())
+    if len(known) < 2 or not _minority(len(failing), len(known)):
+        return list(detections)
+    result = list(detections)
+    for i, node in placed.items():
+        d = result[i]
+        domain = FaultDomain.SYSTEM_SOFTWARE if d.domain is FaultDomain.APPLICATION else d.domain
+        result[i] = replace(
+            d,
+            node=node,
+            domain=domain,
+            role=Role.ROOT,
+            action=JobAction.RESTART,
+            implicates_node=True,
+            fields={**d.fields, "launch": "true", "node_action": "escalate"},
+        )
+    return result
+
+
+def silent_node_findings(
+    job_id: JobId | None,
+    attempt: int,
+    silent: Iterable[NodeName],
+    nodes: Sequence[NodeName],
+    when: datetime,
+) -> list[Detection]:
+    """One derived root per silent node, when they are a strict minority of the job."""
+    quiet = sorted(set(silent) & set(nodes))
+    if len(nodes) < 2 or not _minority(len(quiet), len(nodes)):
+        return []
+    return [
+        Detection(
+            job_id=job_id,
+            attempt=attempt,
+            signature_id=SILENT_NODE_SIGNATURE_ID,
+            domain=FaultDomain.SYSTEM_SOFTWARE,
+            role=Role.ROOT,
+            severity=Severity.ERROR,
+            action=JobAction.RESTART,
+            time=when,
+            node=node,
+            implicates_node=True,
+            text="",
+            fields={"node_action": "escalate", "finding": f"{node} printed nothing"},
+        )
+        for node in quiet
+    ]

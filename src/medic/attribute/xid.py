@@ -79,6 +79,7 @@ NODE_ACTIONS = (
 _REPEATABLE = frozenset({13, 31})
 _CONTAINED = 94
 CONTAINED_REPEAT = 2
+_CONTAINED_REPORTS = frozenset({"cuda.ecc_uncorrectable"})
 """Occurrences of a contained Xid 94 on one node within an attempt that make it the node's."""
 _APPLICATION = frozenset({13, 31, 43})
 _COLLATERAL = frozenset({45})
@@ -200,7 +201,27 @@ def apply_xid_rules(detections: Sequence[Detection]) -> list[Detection]:
     result: list[Detection] = []
     for d, code in zip(detections, codes, strict=True):
         result.append(d if code is None else _rewrite(d, code, per_gpu, occurrences, xid_roots))
-    return result
+    return _contained_only(result, codes)
+
+
+def _contained_only(result: list[Detection], codes: Sequence[int | None]) -> list[Detection]:
+    """The application's own report of a contained error (``CUDA error: uncorrectable ECC error
+    encountered``) on a node whose only Xid is a contained 94 does not implicate it either."""
+    contained = {d.node for d in result if d.fields.get("xid_rule") == "contained"}
+    other = {
+        d.node
+        for d, code in zip(result, codes, strict=True)
+        if code is not None and d.implicates_node and d.role is Role.ROOT
+    }
+    quiet = contained - other
+    if not quiet:
+        return result
+    return [
+        replace(d, implicates_node=False, fields=_with(d, xid_rule="contained"))
+        if d.node in quiet and d.signature_id in _CONTAINED_REPORTS and d.implicates_node
+        else d
+        for d in result
+    ]
 
 
 def _rewrite(

@@ -1,4 +1,6 @@
-"""``medic diagnose PATH``: offline root-cause diagnosis of one attempt's log directory.
+"""``medic diagnose PATH``: offline root-cause diagnosis of one attempt's log directory;
+``medic diagnose --job ID [--attempt N]``: the same on an attempt stored by the control loop
+(:mod:`medic.cli.diagnose_stored`).
 
 No configuration, database or server is involved: the command reads the directory, runs the same
 matcher and attribution as the control loop (:func:`medic.diagnose.diagnose_directory`) and prints
@@ -17,8 +19,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from medic.attribute import DEFAULT_GPUS_PER_NODE
+from medic.cli.common import settings_of
+from medic.cli.diagnose_stored import diagnose_stored
 from medic.diagnose import Diagnosis, diagnose_directory, natural_key
-from medic.errors import InputError
+from medic.errors import MedicError
+from medic.wiring import open_store
 
 __all__ = ["register", "render"]
 
@@ -59,9 +64,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def diagnose(
+        ctx: typer.Context,
         path: Annotated[
-            str, typer.Argument(help="Directory with <node>.log files and optionally job.out.")
-        ],
+            str | None,
+            typer.Argument(help="Directory with <node>.log files and optionally job.out."),
+        ] = None,
+        job: Annotated[
+            str | None, typer.Option("--job", help="Rediagnose this job's stored attempt.")
+        ] = None,
+        attempt: Annotated[
+            int | None,
+            typer.Option("--attempt", min=0, help="With --job: the attempt (default: latest)."),
+        ] = None,
+        cluster: Annotated[
+            str | None, typer.Option("--cluster", help="With --job: the job's cluster.")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         gpus_per_node: Annotated[
             int,
@@ -72,14 +89,42 @@ def register(app: typer.Typer) -> None:
             ),
         ] = DEFAULT_GPUS_PER_NODE,
     ) -> None:
-        """Diagnose a failed attempt offline from its log directory."""
+        """Diagnose a failed attempt offline from its log directory, or a stored one (--job)."""
+        if (path is None) == (job is None):
+            typer.echo("medic: give a log directory or --job ID (one of them)", err=True)
+            raise typer.Exit(2)
+        recorded = None
         try:
-            diagnosis = diagnose_directory(path, gpus_per_node=gpus_per_node)
-        except InputError as exc:
+            if job is not None:
+                settings = settings_of(ctx)
+                found = diagnose_stored(
+                    open_store(settings), settings, job, attempt=attempt, cluster=cluster
+                )
+                diagnosis, recorded = found.diagnosis, found.recorded
+            else:
+                diagnosis = diagnose_directory(path or "", gpus_per_node=gpus_per_node)
+        except MedicError as exc:
             typer.echo(f"medic: {exc}", err=True)
             raise typer.Exit(2) from None
         if as_json:
+            doc = diagnosis.to_json()
+            if job is not None:
+                doc["recorded"] = (
+                    None
+                    if recorded is None
+                    else {
+                        "domain": recorded.domain.value,
+                        "action": recorded.action.value,
+                        "implicated_nodes": sorted(recorded.implicated_nodes, key=natural_key),
+                        "summary": recorded.summary,
+                    }
+                )
             # ASCII escapes: replacement characters from undecodable bytes print on any terminal.
-            typer.echo(json.dumps(diagnosis.to_json(), indent=2))
+            typer.echo(json.dumps(doc, indent=2))
             return
         render(diagnosis, Console())
+        if recorded is not None:
+            Console().print(
+                f"  recorded verdict: {recorded.domain.value}/{recorded.action.value}"
+                f" on {escape(', '.join(sorted(recorded.implicated_nodes)) or 'none')}"
+            )

@@ -51,7 +51,14 @@ class Api:
         job = JobId(f"j{next(self.jobs)}")
         return self.republish(job, exclude=exclude, attempt=attempt)
 
-    def republish(self, job: JobId, *, exclude: str = "node003", attempt: int = 0) -> Advice:
+    def republish(
+        self,
+        job: JobId,
+        *,
+        exclude: str = "node003",
+        attempt: int = 0,
+        repair_id: int | None = None,
+    ) -> Advice:
         request = AdviceRequest(
             cluster=CLUSTER,
             job_id=job,
@@ -61,6 +68,7 @@ class Api:
             reason="test",
             mode=Mode.ACT,
             rule="test",
+            repair_id=repair_id,
         )
         return self.services.store.publish_advice(request, self.clock.now())
 
@@ -105,6 +113,20 @@ def test_get_advice(api: Api) -> None:
     assert body["exclude_nodes"] == ["node003"] and body["active"] is True
     _problem(api.http.get("/api/v1/advice/99999"), 404, "not_found")
     _problem(api.http.get("/api/v1/advice/0"), 422, "invalid_request")
+
+
+def test_advice_names_the_repair_that_owns_it(api: Api) -> None:
+    own = api.publish()
+    evacuation = api.republish(own.job_id, repair_id=42)  # a repair moves the job off its node
+    assert (evacuation.generation, evacuation.repair_id) == (2, 42)
+    assert api.http.get(f"/api/v1/advice/{own.id}").json()["repair_id"] == 42
+    feed = api.http.get("/api/v1/advice", params={"cluster": CLUSTER, "active": "true"}).json()
+    assert {a["id"]: a["repair_id"] for a in feed}[own.id] == 42
+    assert api.client.get_advice(own.id) == evacuation
+    assert [a.repair_id for a in api.client.list_active_advice(CLUSTER) if a.id == own.id] == [42]
+    other = api.publish()
+    assert api.http.get(f"/api/v1/advice/{other.id}").json()["repair_id"] is None
+    assert api.client.get_advice(other.id) == other
 
 
 def test_reconciliation_report_is_idempotent(api: Api) -> None:

@@ -126,13 +126,23 @@ def test_wait_for_idle_times_out_and_records_the_interrupted_job(
     assert [(e.subject_type, e.subject_id) for e in interrupted] == [(SubjectType.JOB, job)]
     assert interrupted[0].payload["repair_id"] == done.id
     assert "wait deadline" in interrupted[0].payload["why"]
-    # the job left the node through requeue-hold, exclude, release: recorded, then rescheduled
+    # the job left the node through the repair's advice, which the controller carried out:
+    # requeue-hold, exclude, release (its ledger), then rescheduled
     steps = [
         e.payload["step"]
         for e in r.events(AuditKind.REPAIR_STEP_SUCCEEDED)
         if e.payload["repair_id"] == done.id
     ]
-    assert steps == ["drain", "requeue_hold", "exclude_nodes", "release", "execute", "resume"]
+    assert steps == ["drain", "execute", "resume"]
+    advice = h.advice(job)
+    assert advice is not None and advice.repair_id == done.id
+    assert advice.rule == "repair-evacuation" and node in advice.exclude_nodes
+    assert [a.kind.value for a in h.actions(job) if a.node is None] == [
+        "requeue_hold",
+        "exclude_nodes",
+        "release",
+    ]
+    assert h.scheduler.names(job) == ["requeue_hold", "set_excluded_nodes", "release"]
     assert h.job(job).restart_count >= 1 and node in h.job(job).excluded_nodes
     h.run_until(lambda: h.job(job).state is JobState.RUNNING, within=30)
     assert node not in h.job(job).nodes

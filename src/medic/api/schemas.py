@@ -110,6 +110,11 @@ class AdviceOut(BaseModel):
     active: bool
     created_at: datetime
     updated_at: datetime
+    repair_id: int | None = Field(
+        default=None,
+        description="The node repair that moves the job off its node (an evacuation); "
+        "null: job recovery's own advice.",
+    )
 
     @classmethod
     def of(cls, advice: Advice) -> AdviceOut:
@@ -129,6 +134,7 @@ class AdviceOut(BaseModel):
             active=advice.is_active,
             created_at=advice.created_at,
             updated_at=advice.updated_at,
+            repair_id=advice.repair_id,
         )
 
 

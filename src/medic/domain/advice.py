@@ -53,6 +53,9 @@ class AdviceRequest:
     mode: Mode
     rule: str
     """The policy rule that decided (e.g. ``node-fault-requeue``, ``no-progress-stop``)."""
+    repair_id: int | None = None
+    """Who decided: None for job recovery's own diagnosis, a repair's id for the node repair
+    that moves the job off its node (evacuation). A change of owner is a new decision."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,8 @@ class Advice:
     observed_generation: int
     created_at: datetime
     updated_at: datetime
+    repair_id: int | None = None
+    """The node repair whose evacuation this is (None: job recovery's own advice)."""
 
     @property
     def is_active(self) -> bool:

@@ -262,6 +262,12 @@ class Repair:
     the repair until ``lease_until`` and renews that while it works; another engine takes the
     repair over (a compare-and-set) only once the lease ran out: its engine stopped."""
     lease_until: datetime | None = None
+    checkpoint_baseline: dict[str, int | None] = field(
+        default_factory=dict, hash=False, compare=False
+    )
+    """In ``checkpoint`` wait mode: each running job's last checkpoint step (``"job/attempt"``
+    -> step, None: none yet) when the repair began waiting for it. Kept on the repair, so an
+    engine that restarted or took it over decides as the first one would."""
 
 
 @dataclass(frozen=True, slots=True)

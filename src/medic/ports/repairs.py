@@ -123,6 +123,16 @@ class RepairStore(Protocol):
         ``NotFoundError`` for an unknown id. ``updated_at`` is left alone."""
         ...
 
+    def note_checkpoint_baseline(
+        self, repair_id: int, state: RepairState, baseline: Mapping[str, int | None]
+    ) -> Repair:
+        """Add to the repair's checkpoint baseline (``"job/attempt"`` -> the job's last
+        checkpoint step when the wait for it began) the jobs it has none for yet; a job's first
+        baseline is never replaced (two engines noting one at once: the first one stays). The
+        repair as stored after; ``ConflictError`` when it is no longer in ``state``,
+        ``NotFoundError`` for an unknown id."""
+        ...
+
     def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:
         """The cluster's policy, or the defaults when none was stored."""
         ...

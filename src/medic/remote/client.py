@@ -212,6 +212,7 @@ def _advice(data: Any) -> Advice:
             observed_generation=int(data["observed_generation"]),
             created_at=datetime.fromisoformat(data["created_at"]),
             updated_at=datetime.fromisoformat(data["updated_at"]),
+            repair_id=None if data.get("repair_id") is None else int(data["repair_id"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TransientError(f"unexpected advice from the medic API: {exc!r}") from exc

@@ -8,8 +8,9 @@
 - **-> waiting_for_idle -> draining**: :func:`~medic.repair.rules.waiting.wait_decision` (idle, the
   deadline, or every managed job's next checkpoint in ``checkpoint`` mode) and a working slot
   free; the interrupted jobs are stored on the repair and each gets a ``repair-job-interrupted``
-  event saying why; each one still on the node is requeued held, the node excluded, and
-  released;
+  event saying why; each one still on the node gets advice owned by the repair (requeue away
+  from the node), which the controller carries out: the repair waits until it converged
+  (:mod:`medic.repair.evacuation`);
 - **-> executing**: the boot id is stored, then ``NodeProvider.execute`` off the loop, and an
   action its engine left unfinished (killed, restarted) is finished from the step record and the
   node: :mod:`medic.repair.execution`;
@@ -27,6 +28,7 @@ audited (``repair-transition``) and each command before and after (``repair-step
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -47,10 +49,10 @@ from medic.domain.repairs import (
     RequesterKind,
     WaitMode,
 )
-from medic.errors import ConflictError, MedicError, NotFoundError, PermanentError
+from medic.errors import ConflictError, MedicError, PermanentError
 from medic.ports import NodeProvider, Scheduler
 from medic.repair.alerts import PassView, RepairMetrics, RepairStores, repair_event
-from medic.repair.evacuate import Evacuation
+from medic.repair.evacuation import Evacuation
 from medic.repair.execution import EXECUTE, Execution
 from medic.repair.leases import Leases
 from medic.repair.return_to_service import ReturnToService, foreign
@@ -80,7 +82,7 @@ _POLLED = {EXECUTE: S.EXECUTING, "validate": S.VALIDATING}
 
 class Lifecycle:
     """Carries approved repairs out (see the module docstring). Who owns a repair is in the
-    store; in memory only the steps this engine runs (execution, validation, a requeue)."""
+    store; in memory only the steps this engine runs (execution, validation)."""
 
     def __init__(
         self,
@@ -116,8 +118,7 @@ class Lifecycle:
             settings=settings,
             validator=validator,
         )
-        self._evacuation = Evacuation(scheduler, store, self.do)
-        self._baselines: dict[int, dict[str, int | None]] = {}
+        self._evacuation = Evacuation(store, scheduler, clock)
         self._breaker_tripped = False
         self._busy: frozenset[NodeName] = frozenset()
         """The nodes that run jobs, as of this pass (a repair there waits, holding no slot)."""
@@ -164,9 +165,10 @@ class Lifecycle:
         self.steps.abandon(collected)
 
     def sweep(self, view: PassView) -> None:
-        """Lift medic's drains left behind by finished or cancelled repairs, releasing the jobs
-        a cancelled one left held (see ``ReturnToService.sweep``)."""
-        self._back.sweep(view, self._evacuation.release_left)
+        """Lift medic's drains left behind by finished or cancelled repairs (see
+        ``ReturnToService.sweep``; a job a cancelled one was moving off is the controller's to
+        finish: its advice stays active until it converged)."""
+        self._back.sweep(view)
 
     # ------------------------------------------------------------------ transitions
     def move(
@@ -205,10 +207,10 @@ class Lifecycle:
         self.leases.moved(moved)
         return moved
 
-    def owns(self, repair: Repair, stale_after: float = 0.0) -> bool:
+    def owns(self, repair: Repair) -> bool:
         """True when this engine holds ``repair`` (it does its state's work), taking it over
-        when nobody's lease runs on it. ``stale_after`` is not used: a lease that ran out is
-        the only sign that an engine stopped."""
+        when nobody's lease runs on it: a lease that ran out is the only sign that an engine
+        stopped."""
         return self.leases.owns(repair)
 
     def fail(self, repair: Repair, view: PassView, rule: str, error: str) -> Repair | None:
@@ -346,41 +348,36 @@ class Lifecycle:
         return node.state
 
     def _checkpointed(self, repair: Repair, running: Sequence[Job]) -> bool:
-        """True when every running job on the node saved a checkpoint since the wait began."""
-        base = self._baselines.setdefault(repair.id, {})
+        """True when every running job on the node saved a checkpoint since the wait for it
+        began (its step then is stored on the repair: a restarted engine decides the same)."""
+        base, new = repair.checkpoint_baseline, dict[str, int | None]()
         saved = bool(running)
         for job in running:
             attempts = self._store.list_attempts(self._cluster, job.id)
-            now_at = next(
-                (
-                    a.progress.last_checkpoint_step
-                    for a in attempts
-                    if a.number == job.restart_count
-                ),
-                None,
+            now_at = {a.number: a.progress.last_checkpoint_step for a in attempts}.get(
+                job.restart_count
             )
             key = f"{job.id}/{job.restart_count}"
             if key not in base:
-                base[key], saved = now_at, False
+                new[key], saved = now_at, False
             elif now_at is None or (base[key] is not None and now_at <= (base[key] or 0)):
                 saved = False
+        if new:
+            with contextlib.suppress(ConflictError):  # it moved on meanwhile: no wait to time
+                self._store.note_checkpoint_baseline(repair.id, repair.state, new)
         return saved
 
     def _drain(self, repair: Repair, view: PassView) -> Repair | None:
         node = repair.node
         if not self.owns(repair):
             return repair  # the engine that decided to take the node moves its jobs off
-        for job_id in repair.interrupted_jobs:
-            try:
-                job = self._scheduler.get_job(JobId(job_id))
-            except NotFoundError:
-                continue
-            except MedicError:
-                return repair
-            if not self._evacuation.move_off(repair, job, view.exclusions):
-                return repair  # the scheduler did not answer: next pass
+        refused = self._evacuation.settled(repair, view.exclusions)
+        if refused is None:
+            return repair  # a job is still on its way off (the controller's): next pass
         boot_id = self._execution.boot_id(node)
         why = f"jobs left {node}; boot id before: {boot_id or 'unknown'}"
+        if refused:
+            why += f"; not moved (the scheduler refused): {', '.join(refused)}, interrupted"
         update = RepairUpdate(boot_id=boot_id)
         moved = self.move(repair, S.EXECUTING, view, "drained", why, update)
         if moved is not None:

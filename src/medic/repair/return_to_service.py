@@ -76,7 +76,7 @@ class LifecycleOps(Protocol):
         self, kind: AuditKind, repair: Repair, payload: dict[str, Any], now: datetime
     ) -> None: ...
 
-    def owns(self, repair: Repair, stale_after: float = ...) -> bool: ...
+    def owns(self, repair: Repair) -> bool: ...
 
     @property
     def steps(self) -> Steps: ...
@@ -159,11 +159,11 @@ class ReturnToService:
         with contextlib.suppress(MedicError):  # recorded; retried by :meth:`sweep`
             self._ops.do(repair, "resume", lambda: self._scheduler.resume_node(repair.node, done))
 
-    def sweep(self, view: PassView, settle: Callable[[Repair], bool]) -> None:
+    def sweep(self, view: PassView) -> None:
         """Lift medic's drain left on a node whose repair is done (the engine that finished it
         failed to resume it, or stopped right before; never a removal, which keeps the node out)
-        or was cancelled after the node was drained; ``settle`` first releases the jobs a
-        cancelled repair left held (False: not yet, the drain stays until a later pass)."""
+        or was cancelled after the node was drained (a job it was moving off is the
+        controller's to finish, whatever happens to the node)."""
         busy = {r.node for r in view.open_repairs}
         for node in view.nodes.values():
             found = _REPAIR_DRAIN.match(node.reason or "")
@@ -176,14 +176,12 @@ class ReturnToService:
                 and repair.action is not RepairAction.REMOVE  # out for RMA: stays drained
                 and repair.node == node.name
                 and (view.now - repair.updated_at).total_seconds() > _SWEEP_GRACE_SECONDS
-                and (repair.state is RepairState.DONE or settle(repair))
             ):
                 self._lift(repair)
 
     def validate(self, repair: Repair, view: PassView) -> Repair | None:
         """VALIDATING: run the suite (the engine that moved it here; another one after a while)."""
-        patience = self._settings.validation_timeout_seconds * max(1, len(self._validator.checks))
-        if not self._ops.owns(repair, patience + 60):
+        if not self._ops.owns(repair):
             return repair  # the engine that moved it here runs the suite
         attempt = len(self._store.list_validations(repair.id)) + 1
         finished = self._ops.steps.poll(

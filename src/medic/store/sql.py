@@ -297,6 +297,11 @@ class SqlStore:
     ) -> Repair:
         return sql_repairs.claim_repair(self._db, repair_id, state, owner, now, until)
 
+    def note_checkpoint_baseline(
+        self, repair_id: int, state: RepairState, baseline: Mapping[str, int | None]
+    ) -> Repair:
+        return sql_repairs.note_checkpoint_baseline(self._db, repair_id, state, baseline)
+
     # --- node auto-repair: policy, breaker, validation ---------------------------------------
     def get_repair_policy(self, cluster: ClusterName) -> RepairPolicy:
         return sql_repair_state.get_repair_policy(self._db, cluster)

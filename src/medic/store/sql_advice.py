@@ -73,6 +73,7 @@ def _publish_once(conn: Connection, request: AdviceRequest, now: datetime) -> Ad
         "reason": request.reason,
         "mode": request.mode.value,
         "rule": request.rule,
+        "repair_id": request.repair_id,
         "status": Reconciliation.PENDING.value,
         "updated_at": now,
     }
@@ -93,6 +94,7 @@ def _publish_once(conn: Connection, request: AdviceRequest, now: datetime) -> Ad
         stored.attempt == request.attempt
         and stored.action is request.action
         and stored.exclude_nodes == request.exclude_nodes
+        and stored.repair_id == request.repair_id  # a new owner decided anew (a repair's move)
     ):
         return stored
     generation = stored.generation + 1
@@ -193,6 +195,7 @@ def _advice(data: dict[str, Any]) -> Advice:
         observed_generation=data["observed_generation"],
         created_at=data["created_at"],
         updated_at=data["updated_at"],
+        repair_id=data.get("repair_id"),
     )
 
 

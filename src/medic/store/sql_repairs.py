@@ -5,14 +5,16 @@ decides and writes without a guard: a repair request with a request id is protec
 unique key (cluster, requested_by, request_id) (the loser re-reads and returns the winner's
 repair), and every state change is ``UPDATE ... WHERE id = :id AND state = :expected`` that must
 change exactly one row. Which engine works on a repair is a lease taken the same way
-(:func:`claim_repair`: free, expired or already the claimant's). Alerts, the policy and the
-breaker live in ``sql_repair_state``.
+(:func:`claim_repair`: free, expired or already the claimant's), and a repair's checkpoint
+baseline grows by compare-and-set on its stored value (:func:`note_checkpoint_baseline`).
+Alerts, the policy and the breaker live in ``sql_repair_state``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = [
     "get_repair",
     "list_repairs",
     "list_validations",
+    "note_checkpoint_baseline",
     "transition_repair",
 ]
 
@@ -229,6 +232,45 @@ def claim_repair(
     return db.write(work)
 
 
+def note_checkpoint_baseline(
+    db: Database, repair_id: int, state: RepairState, baseline: Mapping[str, int | None]
+) -> Repair:
+    def work(conn: Connection) -> Repair | None:
+        row = conn.execute(sa.select(repairs).where(repairs.c.id == repair_id)).first()
+        if row is None:
+            raise NotFoundError(f"repair {repair_id} does not exist")
+        if row.state != state.value:
+            raise ConflictError(
+                f"repair {repair_id} is {row.state}, not {state.value}: another writer moved it"
+            )
+        stored = row.checkpoint_baseline
+        merged = {**baseline, **(stored or {})}  # a job's first baseline stays
+        if merged == stored:
+            return _repair(row._mapping)
+        same = (
+            repairs.c.checkpoint_baseline.is_(None)
+            if stored is None
+            else repairs.c.checkpoint_baseline == stored
+        )
+        stmt = (
+            sa.update(repairs)
+            .where(repairs.c.id == repair_id, repairs.c.state == state.value, same)
+            .values(checkpoint_baseline=merged)
+        )
+        if conn.execute(stmt).rowcount != 1:
+            return None  # another engine wrote first: merge again into what it wrote
+        return _read_repair(conn, repair_id)
+
+    for _ in range(_BASELINE_RETRIES):
+        noted = db.write(work)
+        if noted is not None:
+            return noted
+    raise ConflictError(f"repair {repair_id}: lost {_BASELINE_RETRIES} races on its baseline")
+
+
+_BASELINE_RETRIES = 5
+
+
 def _update_values(update: RepairUpdate | None) -> dict[str, Any]:
     """The update's non-None fields as column values (the field names are the column names)."""
     if update is None:
@@ -278,6 +320,7 @@ def _repair(data: RowMapping) -> Repair:
         evidence=data["evidence"],
         owner=data["owner"],
         lease_until=data["lease_until"],
+        checkpoint_baseline=dict(data["checkpoint_baseline"] or {}),
     )
 
 

@@ -194,6 +194,8 @@ advice = sa.Table(
     sa.Column("rule", sa.String(128), nullable=False),
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+    # The node repair that moves the job off its node; NULL: job recovery's own (revision 0008).
+    sa.Column("repair_id", sa.Integer(), nullable=True),
     # One advice row per job: concurrent first publications collide here instead of doubling.
     sa.UniqueConstraint("cluster", "job_id"),
     **MYSQL_TABLE_ARGS,
@@ -305,6 +307,8 @@ repairs = sa.Table(
     # Which engine carries the repair's current state out, until when (revision 0005).
     sa.Column("owner", sa.String(NAME), nullable=True),
     sa.Column("lease_until", UtcDateTime(), nullable=True),
+    # "job/attempt" -> checkpoint step when the wait began (checkpoint mode; revision 0008).
+    sa.Column("checkpoint_baseline", JsonText(), nullable=True),
     # The idempotency key of repair requests. Rows without a request id hold NULL here, and a
     # UNIQUE constraint lets NULLs repeat on every engine, so those never collide.
     sa.UniqueConstraint("cluster", "requested_by", "request_id"),

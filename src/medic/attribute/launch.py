@@ -7,6 +7,13 @@ node node003``. When such evidence comes from a strict minority of the job's nod
 :data:`~medic.attribute.network.SYSTEMIC_NODES`), those nodes are implicated; on every node alike
 (a registry down, a wrong image name) it names nobody.
 
+pyxis/enroot lines in the job's combined output often carry no host (``slurmstepd: error: pyxis:
+...`` without ``-node003``); srun's own lines then say which node's task failed (``srun: error:
+node003: task 2: Exited with exit code 1``, ``Task launch for StepId=... failed on node node003``,
+``Node failure on node003``): an unplaced launch failure is placed on the nodes those lines name,
+when they are a strict minority of the job (``placed_by_srun``). Every node failing alike still
+names nobody.
+
 A node that printed nothing while every other node did (``silent_nodes``, given by the caller
 that reads the logs) never started its part either: when the attempt failed and nothing else
 implicates a node, it is implicated with a derived finding (:data:`SILENT_NODE_SIGNATURE_ID`).
@@ -28,6 +35,7 @@ __all__ = [
     "LAUNCH_SIGNATURE_PREFIXES",
     "SILENT_NODE_SIGNATURE_ID",
     "launch_failures",
+    "placed_by_srun",
     "silent_node_findings",
 ]
 
@@ -60,11 +68,30 @@ def _minority(count: int, total: int) -> bool:
     return 0 < count < SYSTEMIC_NODES and count * 2 < max(total, 2) + (1 if total == 2 else 0)
 
 
+_SRUN_NAMES_NODE = frozenset({"slurm.task_exit", "slurm.task_launch_failed", "slurm.node_failure"})
+"""srun's lines that name the node whose task failed (exit code, launch, node failure)."""
+
+
+def placed_by_srun(detections: Sequence[Detection], nodes: Sequence[NodeName]) -> list[NodeName]:
+    """The nodes srun names as failing (see the module docstring), when they are a strict
+    minority of the job's; empty otherwise."""
+    known = set(nodes)
+    named = {
+        NodeName(d.fields["node"])
+        for d in detections
+        if d.signature_id in _SRUN_NAMES_NODE and d.fields.get("node") in known
+    }
+    if len(known) < 2 or not _minority(len(named), len(known)):
+        return []
+    return sorted(named)
+
+
 def launch_failures(detections: Sequence[Detection], nodes: Sequence[NodeName]) -> list[Detection]:
     """The detections, launch failures of a minority of nodes rewritten to implicate their node
     (as roots: the node could not start its part)."""
     known = set(nodes)
     placed: dict[int, NodeName] = {}
+    unplaced: list[int] = []
     for i, d in enumerate(detections):
         if not _is_launch(d):
             continue
@@ -72,6 +99,16 @@ def launch_failures(detections: Sequence[Detection], nodes: Sequence[NodeName]) 
         node = NodeName(named) if named in known else d.node
         if node is not None and node in known:
             placed[i] = node
+        elif node is None:
+            unplaced.append(i)
+    by_srun = placed_by_srun(detections, nodes) if unplaced else []
+    if by_srun:
+        detections = [*detections]
+        for i in unplaced:  # one copy per node srun names (usually one)
+            placed[i] = by_srun[0]
+            for node in by_srun[1:]:
+                detections.append(replace(detections[i], node=node))
+                placed[len(detections) - 1] = node
     failing = set(placed.values())
     if len(known) < 2 or not _minority(len(failing), len(known)):
         return list(detections)

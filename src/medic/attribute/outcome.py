@@ -14,6 +14,12 @@
   ``preempted`` / ``timeout``) gets a scheduler verdict with action ``restart`` and nobody
   implicated, unless evidence against a node came before the scheduler ended it. The NCCL and
   socket errors its teardown printed are cascades of the scheduler's signal.
+- **A cancelled step is not a cancelled job.** Only the JOB banner (``slurm.cancelled``) says a
+  person cancelled it; ``*** STEP 42.0 ON node001 CANCELLED AT ... ***`` is srun tearing the rest
+  of the step down after a task, its launch or its node failed (``slurm.step_cancelled``, noise):
+  the failure that came first decides. Where the scheduler's own state is known (the live loop),
+  it is the fact: a job it reports ``failed`` or ``node_fail`` is never a person's cancel, whatever
+  cancel banner its teardown printed.
 
 Pure: no I/O.
 """
@@ -53,6 +59,7 @@ _AGENT_SUCCEEDED = "torchelastic.worker_group_succeeded"
 _AGENT_FAILED = frozenset({"torchelastic.child_failed", "torchelastic.worker_group_failed"})
 _CANCELLED = "slurm.cancelled"
 _ENDED_BY_SCHEDULER = frozenset({"slurm.preempted", "slurm.time_limit"})
+_FAILED_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL})
 _STATES = {
     JobState.CANCELLED: JobAction.NONE,
     JobState.PREEMPTED: JobAction.RESTART,
@@ -87,7 +94,8 @@ class SchedulerFact:
 
 def scheduler_fact(job: Job, detections: Sequence[Detection]) -> SchedulerFact | None:
     """The scheduler's end of the attempt, from its banner lines or the job's state, or None."""
-    cancels = [d for d in detections if d.signature_id == _CANCELLED]
+    failed = job.state in _FAILED_STATES
+    cancels = [d for d in detections if d.signature_id == _CANCELLED and not failed]
     ends = [d for d in detections if d.signature_id in _ENDED_BY_SCHEDULER]
     if ends:
         head = min(ends, key=order)

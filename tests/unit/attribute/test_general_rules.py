@@ -3,6 +3,7 @@ test them end to end on real log wording)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -316,7 +317,7 @@ def test_a_persons_cancel_is_never_restarted_and_blames_nobody() -> None:
         "slurm.cancelled", None, Role.ROOT, domain=FaultDomain.SCHEDULER, action=JobAction.NONE
     )
     teardown = [completion(n, "10.0.0.10", at=1) for n in NODES[1:]]
-    v = verdict([cancel, *teardown])
+    v = verdict([cancel, *teardown], job=replace(JOB, state=JobState.CANCELLED))
     assert (v.domain, v.action, v.implicated_nodes) == (
         FaultDomain.SCHEDULER,
         JobAction.NONE,

@@ -165,7 +165,7 @@ def test_not_a_step(line: str) -> None:
         # Slurm's step banner is Slurm's, whatever it says about steps.
         (
             "slurmstepd: error: *** STEP 1234.0 ON node001 CANCELLED AT 2026-01-01T00:00:00 ***",
-            "slurm.cancelled",
+            "slurm.step_cancelled",
         ),
     ],
 )

@@ -11,6 +11,12 @@ Two context rules over an attempt's placed detections, applied before attributio
   T must not have raised an application error or crashed itself (a dead process also fails its
   peers' queue pairs: that is a cascade of T's own crash, not T's network), nor have evidence of
   its own (then that evidence names it, and says more).
+- **Peers of a node with its own fault are its victims.** When peers' completion errors point at
+  a node T that has hardware or system-software evidence of its own (an Xid, a GPU off the bus),
+  those errors are T's cascade, not roots: they neither make the verdict a network one nor
+  implicate the peers. NCCL's WARN lines carry no time of their own (they take the last stamp
+  before them in their file, often the launch's), so time alone cannot order them after T's
+  kernel line.
 - **The same fault on many nodes is systemic.** When network or system-software evidence that
   implicates its node (a port error, a link down, a read-only remount, an unmounted GPFS) comes
   from :data:`SYSTEMIC_NODES` nodes or more, or from more than half of the job's nodes (two at
@@ -91,6 +97,38 @@ def _peer_target(
     return None
 
 
+_OWN_FAULT_DOMAINS = frozenset({FaultDomain.HARDWARE, FaultDomain.SYSTEM_SOFTWARE})
+
+
+def _victims_of_own_faults(
+    detections: Sequence[Detection], nodes: Sequence[NodeName]
+) -> list[Detection]:
+    """Peers' completion errors pointing at a node with its own hardware/system-software root
+    rewritten to cascades of it (see the module docstring)."""
+    faulty = {
+        d.node
+        for d in detections
+        if d.implicates_node
+        and d.node is not None
+        and d.role is Role.ROOT
+        and d.domain in _OWN_FAULT_DOMAINS
+    }
+    if not faulty:
+        return list(detections)
+    addresses = address_map(detections)
+    result = []
+    for d in detections:
+        if d.signature_id in _PEER_ERRORS and d.node is not None and "peer" in d.fields:
+            target = addresses.get(address_of(d.fields["peer"]))
+            if target in faulty and target != d.node and (not nodes or target in nodes):
+                d = replace(
+                    d, role=Role.CASCADE, implicates_node=False,
+                    fields={**d.fields, "victim_of": str(target)},
+                )  # fmt: skip
+        result.append(d)
+    return result
+
+
 def _crashed(detections: Sequence[Detection], node: NodeName) -> bool:
     return any(
         d.node == node
@@ -129,6 +167,7 @@ def apply_network_rules(
                 },
             )
         )
+    result = _victims_of_own_faults(result, nodes)
     systemic = systemic_nodes(result, nodes)
     if systemic:
         result = [

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from medic.domain.audit import AuditKind
+from medic.domain.repair_rules import RepairRule
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIT_DOC = ROOT / "docs" / "audit-events.md"
@@ -16,13 +17,14 @@ CI_RUN = ROOT / ".ci" / "run"
 MAKEFILE = ROOT / "Makefile"
 
 _KIND_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|")
+_RULE_SECTION = "## Repair rule ids"
 
 
 def _documented_kinds() -> list[str]:
     """The first cell of every row of the audit-kind table (``| `kind` | actor | ... |``)."""
     return [
         match.group(1)
-        for line in AUDIT_DOC.read_text(encoding="utf-8").splitlines()
+        for line in AUDIT_DOC.read_text(encoding="utf-8").split(_RULE_SECTION, 1)[0].splitlines()
         if (match := _KIND_ROW.match(line.strip()))
     ]
 
@@ -46,7 +48,8 @@ def test_every_documented_kind_exists_once() -> None:
 
 def test_audit_rows_have_every_column() -> None:
     header = "| kind | actor | written when | payload |"
-    lines = [line.strip() for line in AUDIT_DOC.read_text(encoding="utf-8").splitlines()]
+    kinds = AUDIT_DOC.read_text(encoding="utf-8").split(_RULE_SECTION, 1)[0]
+    lines = [line.strip() for line in kinds.splitlines()]
     assert header in lines
     rows = [line for line in lines if _KIND_ROW.match(line)]
     for row in rows:
@@ -81,3 +84,13 @@ def test_ci_runs_make_test() -> None:
 
     assert "make test" in commands
     assert CI_RUN.stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+def _documented_rules() -> list[str]:
+    text = AUDIT_DOC.read_text(encoding="utf-8").split(_RULE_SECTION, 1)[-1]
+    return [m.group(1) for line in text.splitlines() if (m := _KIND_ROW.match(line.strip()))]
+
+
+def test_every_repair_rule_is_documented_once() -> None:
+    documented = _documented_rules()
+    assert sorted(documented) == sorted(rule.value for rule in RepairRule)

@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import RequesterKind
 from medic.errors import ConflictError, InputError, PolicyViolation, SafetyBudgetExceeded
-from medic.repair.rules.guards import AUTO_APPROVER, RULE_EVIDENCE
-from medic.repair.rules.recommend import MEDIC_REQUESTER, RULE_OPEN_REPAIR
+from medic.repair.rules.guards import AUTO_APPROVER
+from medic.repair.rules.recommend import MEDIC_REQUESTER
 
 __all__ = [
     "RESERVED_NAMES",
-    "RULE_IDENTITY",
     "Actor",
     "EvidenceRequired",
     "GuardrailRefused",
@@ -34,7 +34,6 @@ __all__ = [
     "as_person",
 ]
 
-RULE_IDENTITY = "identity"
 RESERVED_NAMES = frozenset({AUTO_APPROVER, MEDIC_REQUESTER})
 """Names only medic itself acts under (``auto`` approves by policy, ``medic`` recommends)."""
 _NAME = re.compile(r"^[A-Za-z0-9][\w.:@+-]{0,127}$")
@@ -46,7 +45,7 @@ _AGENT_PREFIX = "agent:"
 class GuardrailRefused(SafetyBudgetExceeded):
     """A guardrail refused the request now (budget, detector cap, cooldown, breaker)."""
 
-    def __init__(self, rule: str, reason: str) -> None:
+    def __init__(self, rule: RepairRule, reason: str) -> None:
         super().__init__(f"{rule}: {reason}")
         self.rule = rule
         self.reason = reason
@@ -56,8 +55,8 @@ class EvidenceRequired(PolicyViolation):
     """No alert the request names is firing on its node: no repair without a failed check."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(f"{RULE_EVIDENCE}: {reason}")
-        self.rule = RULE_EVIDENCE
+        super().__init__(f"{RepairRule.EVIDENCE}: {reason}")
+        self.rule = RepairRule.EVIDENCE
         self.reason = reason
 
 
@@ -65,8 +64,8 @@ class RepairInProgress(ConflictError):
     """The node already has an unfinished repair (one repair per node at a time)."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(f"{RULE_OPEN_REPAIR}: {reason}")
-        self.rule = RULE_OPEN_REPAIR
+        super().__init__(f"{RepairRule.OPEN_REPAIR}: {reason}")
+        self.rule = RepairRule.OPEN_REPAIR
         self.reason = reason
 
 
@@ -74,7 +73,7 @@ class IdentityViolation(PolicyViolation):
     """Who asked may not ask for this (medic's own name or kind, a detector acting as a person,
     a detector asking for removal, a migration without evidence)."""
 
-    def __init__(self, rule: str, reason: str) -> None:
+    def __init__(self, rule: RepairRule, reason: str) -> None:
         super().__init__(reason)
         self.rule = rule
         self.reason = reason
@@ -109,7 +108,7 @@ class Actor:
             raise InputError("actor", f"{text!r} names a {found.value}, not a {kind.value}")
         resolved = found or kind or RequesterKind.USER
         if resolved is RequesterKind.MEDIC:
-            raise IdentityViolation(RULE_IDENTITY, "only medic's own policy acts as medic")
+            raise IdentityViolation(RepairRule.IDENTITY, "only medic's own policy acts as medic")
         if not _NAME.match(name):
             raise InputError(
                 "actor",
@@ -118,7 +117,8 @@ class Actor:
             )
         if name in RESERVED_NAMES:
             raise IdentityViolation(
-                RULE_IDENTITY, f"{name!r} is medic's own name: a person or detector cannot use it"
+                RepairRule.IDENTITY,
+                f"{name!r} is medic's own name: a person or detector cannot use it",
             )
         return cls(name, resolved)
 
@@ -128,7 +128,7 @@ def as_person(actor: Actor | str, verb: str) -> Actor:
     who = actor if isinstance(actor, Actor) else Actor.parse(actor)
     if who.kind is not RequesterKind.USER:
         raise IdentityViolation(
-            RULE_IDENTITY,
+            RepairRule.IDENTITY,
             f"{who} is a detector: only a person may {verb} (detectors never act as people)",
         )
     return who

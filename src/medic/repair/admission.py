@@ -30,6 +30,7 @@ from datetime import datetime
 
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import NodeName
+from medic.domain.repair_rules import Approval, RepairRule
 from medic.domain.repairs import (
     OPEN_STATES,
     Alert,
@@ -39,7 +40,6 @@ from medic.domain.repairs import (
     Repair,
     RepairPolicy,
     RepairRequest,
-    RepairState,
     RequesterKind,
 )
 from medic.errors import InputError
@@ -48,24 +48,20 @@ from medic.repair.actors import EvidenceRequired, GuardrailRefused, RepairInProg
 from medic.repair.intake_common import HOUR, IntakeStore, detector_alert_key
 from medic.repair.rules.admission import admit
 from medic.repair.rules.approval import (
-    RULE_BREAKER_TRIPPED,
-    RULE_DETECTOR_UNAUTHENTICATED,
-    RULE_DETECTOR_UNTRUSTED,
     approval_text,
     approve,
 )
 from medic.repair.rules.guards import (
-    RULE_BUDGET,
-    RULE_COOLDOWN,
-    RULE_EVIDENCE,
     in_cooldown,
     within_budget,
 )
-from medic.repair.rules.recommend import RULE_OPEN_REPAIR, Recommendation, Skip
+from medic.repair.rules.recommend import Recommendation, Skip
 
 __all__ = ["Decision", "decide"]
 
-_WAITS_FOR_A_PERSON = frozenset({RULE_DETECTOR_UNTRUSTED, RULE_DETECTOR_UNAUTHENTICATED})
+_WAITS_FOR_A_PERSON = frozenset(
+    {RepairRule.DETECTOR_UNTRUSTED, RepairRule.DETECTOR_UNAUTHENTICATED}
+)
 """The rules under which a detector's request waits for a person (the policy does not trust it)."""
 
 
@@ -74,9 +70,7 @@ class Decision:
     """How a new request is created: in which state, approved by whom, under which rule."""
 
     request: RepairRequest
-    state: RepairState
-    approved_by: str | None
-    rule: str
+    approval: Approval
     reason: str
     trace: tuple[tuple[str, str], ...]
 
@@ -137,9 +131,9 @@ def decide(
     recent = store.list_repairs(cluster=cluster, since=now - HOUR)
     answer = admit(request, firing, open_repairs, recent, policy, breaker, now, past_alerts=past)
     if isinstance(answer, Skip):
-        if answer.rule == RULE_EVIDENCE:
+        if answer.rule == RepairRule.EVIDENCE:
             raise EvidenceRequired(answer.reason)
-        if answer.rule == RULE_OPEN_REPAIR:
+        if answer.rule == RepairRule.OPEN_REPAIR:
             raise RepairInProgress(answer.reason)
         raise GuardrailRefused(answer.rule, answer.reason)
     if detector:
@@ -164,28 +158,24 @@ def _detector_decision(
     history = store.list_repairs(cluster=request.cluster, node=request.node)
     cooling = in_cooldown(request.node, history, policy, now)
     if cooling:
-        raise GuardrailRefused(RULE_COOLDOWN, cooling.reason)
-    trace.append((RULE_COOLDOWN, cooling.reason))
-    if answer.rule in _WAITS_FOR_A_PERSON:
+        raise GuardrailRefused(RepairRule.COOLDOWN, cooling.reason)
+    trace.append((RepairRule.COOLDOWN, cooling.reason))
+    if answer.approval.rule in _WAITS_FOR_A_PERSON:
         # Not automatic: a person approves it later, and the budget is checked before it starts.
-        return Decision(
-            request, answer.state, answer.approved_by, answer.rule, answer.reason, tuple(trace)
-        )
-    if answer.rule == RULE_BREAKER_TRIPPED or breaker.tripped:
+        return Decision(request, answer.approval, answer.reason, tuple(trace))
+    if answer.approval.rule is RepairRule.BREAKER_TRIPPED or breaker.tripped:
         since = f" at {breaker.tripped_at.isoformat()}" if breaker.tripped_at else ""
         why = f": {breaker.reason}" if breaker.reason else ""
         raise GuardrailRefused(
-            RULE_BREAKER_TRIPPED,
+            RepairRule.BREAKER_TRIPPED,
             f"the circuit breaker of {request.cluster} tripped{since}{why}; automatic repair "
             "is paused until an operator resets it",
         )
     budget = within_budget(cluster_nodes, open_repairs, pools, request.node, policy)
     if not budget:
-        raise GuardrailRefused(RULE_BUDGET, budget.reason)
-    trace.append((RULE_BUDGET, budget.reason))
-    return Decision(
-        request, answer.state, answer.approved_by, answer.rule, answer.reason, tuple(trace)
-    )
+        raise GuardrailRefused(RepairRule.BUDGET, budget.reason)
+    trace.append((RepairRule.BUDGET, budget.reason))
+    return Decision(request, answer.approval, answer.reason, tuple(trace))
 
 
 def _person_decision(answer: Recommendation, policy: RepairPolicy, breaker: Breaker) -> Decision:
@@ -193,11 +183,11 @@ def _person_decision(answer: Recommendation, policy: RepairPolicy, breaker: Brea
     automatically (its action class or Xid; breaker closed); removal always waits."""
     request = answer.request
     as_policy = replace(request, requester_kind=RequesterKind.MEDIC)
-    state, approved_by, rule = approve(as_policy, policy, breaker=breaker)
+    approval = approve(as_policy, policy, breaker=breaker)
     trace = [t for t in answer.trace if t[0] != answer.rule]
-    trace.append((rule, approval_text(rule)))
+    trace.append((approval.id, approval_text(approval)))
     reason = (
         f"{request.action} on {request.node} for {request.requested_by}: {request.reason}; "
-        f"{approval_text(rule)}"
+        f"{approval_text(approval)}"
     )
-    return Decision(request, state, approved_by, rule, reason, tuple(trace))
+    return Decision(request, approval, reason, tuple(trace))

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from medic.domain.audit import AuditKind
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     TRANSITIONS,
     Repair,
@@ -35,10 +36,6 @@ __all__ = [
     "reject_repair",
 ]
 
-RULE_MANUAL_APPROVAL = "manual-approval"
-RULE_MANUAL_REJECTION = "manual-rejection"
-RULE_MANUAL_CANCELLATION = "manual-cancellation"
-RULE_MANUAL_ACTION = "manual-action"
 _RETRIES = 3
 
 
@@ -82,7 +79,7 @@ def approve_repair(
         updated,
         who,
         now,
-        RULE_MANUAL_APPROVAL,
+        RepairRule.MANUAL_APPROVAL,
         reason,
         previous_action=repair.action,
     )
@@ -106,7 +103,9 @@ def reject_repair(
         raise ConflictError(_not_pending(repair, "rejected"))
     update = RepairUpdate(error=_ended("rejected", who, reason))
     updated = _move(store, repair, RepairState.REJECTED, now, update, "rejected")
-    _decided(store, AuditKind.REPAIR_REJECTED, updated, who, now, RULE_MANUAL_REJECTION, reason)
+    _decided(
+        store, AuditKind.REPAIR_REJECTED, updated, who, now, RepairRule.MANUAL_REJECTION, reason
+    )
     return updated
 
 
@@ -146,7 +145,7 @@ def cancel_repair(
             updated,
             who,
             now,
-            RULE_MANUAL_CANCELLATION,
+            RepairRule.MANUAL_CANCELLATION,
             reason,
             previous_state=repair.state,
         )
@@ -189,7 +188,7 @@ def change_action(
         updated,
         who,
         now,
-        RULE_MANUAL_ACTION,
+        RepairRule.MANUAL_ACTION,
         reason,
         previous_action=repair.action,
     )
@@ -236,7 +235,7 @@ def _decided(
     repair: Repair,
     who: Actor,
     now: datetime,
-    rule: str,
+    rule: RepairRule,
     reason: str | None,
     *,
     previous_action: RepairAction | None = None,

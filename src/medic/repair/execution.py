@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from medic.config.settings import RepairSettings
 from medic.domain.audit import AuditKind
 from medic.domain.ids import NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import Repair, RepairState
 from medic.errors import MedicError, PermanentError
 from medic.ports import AuditQuery, NodeProvider
@@ -98,7 +99,7 @@ class Execution:
         current = self.boot_id(node) if repair.boot_id is not None else None
         if current is not None and current != repair.boot_id:
             why = f"{node} booted since ({repair.boot_id} -> {current}): not executing again"
-            moved = self._ops.move(repair, S.REJOINING, view, "boot-id-changed", why)
+            moved = self._ops.move(repair, S.REJOINING, view, RepairRule.BOOT_ID_CHANGED, why)
             return self._moved(repair, moved)
         record = self._waiting.get(repair.id) or read_record(self._trail, repair, EXECUTE)
         if repair.id in self._known and record.outcome in (
@@ -124,12 +125,14 @@ class Execution:
         if record.outcome is StepOutcome.SUCCEEDED:
             why = f"{found}: carried out before this engine took over; waiting for it to rejoin"
             self._decided(repair, record, "rejoin", why)
-            moved = self._ops.move(repair, S.REJOINING, view, "executed", why)
+            moved = self._ops.move(repair, S.REJOINING, view, RepairRule.EXECUTED, why)
             return self._moved(repair, moved)
         if record.outcome is StepOutcome.REFUSED:
             error = record.error or f"{action} refused"
             self._decided(repair, record, "fail", f"{found}: {error}")
-            return self._moved(repair, self._ops.fail(repair, view, "execute-failed", error))
+            return self._moved(
+                repair, self._ops.fail(repair, view, RepairRule.EXECUTE_FAILED, error)
+            )
         return self._in_doubt(repair, view, record, found, now)
 
     def _in_doubt(
@@ -153,7 +156,9 @@ class Execution:
                 f"{node} stays drained: check it, then approve a new repair"
             )
             self._decided(repair, record, "fail", error)
-            return self._moved(repair, self._ops.fail(repair, view, "execution-lost", error))
+            return self._moved(
+                repair, self._ops.fail(repair, view, RepairRule.EXECUTION_LOST, error)
+            )
         if repair.id not in self._waiting:
             self._waiting[repair.id] = record
             what = "under way" if under_way else "not visible from here (an operator hook?)"
@@ -194,11 +199,15 @@ class Execution:
         try:
             finished.result()
         except PermanentError as exc:
-            return self._moved(repair, self._ops.fail(repair, view, "execute-failed", str(exc)))
+            return self._moved(
+                repair, self._ops.fail(repair, view, RepairRule.EXECUTE_FAILED, str(exc))
+            )
         except MedicError:
             return repair  # issued again next pass (boot id checked first)
         why = f"{repair.action.value} carried out on {repair.node}; waiting for it to rejoin"
-        return self._moved(repair, self._ops.move(repair, S.REJOINING, view, "executed", why))
+        return self._moved(
+            repair, self._ops.move(repair, S.REJOINING, view, RepairRule.EXECUTED, why)
+        )
 
     def _moved(self, repair: Repair, moved: Repair | None) -> Repair | None:
         if moved is not None:

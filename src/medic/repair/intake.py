@@ -62,11 +62,11 @@ from typing import Any
 
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import Repair, RepairRequest, RequesterKind
 from medic.errors import InputError, PolicyViolation
 from medic.ports import RepairStore
 from medic.repair.actors import (
-    RULE_IDENTITY,
     Actor,
     GuardrailRefused,
     IdentityViolation,
@@ -74,18 +74,13 @@ from medic.repair.actors import (
 )
 from medic.repair.admission import decide
 from medic.repair.intake_common import HOUR, IntakeStore, audit_event, seen_recently
-from medic.repair.rules.approval import RULE_REMOVE_HUMAN_ONLY
 
 __all__ = [
-    "RULE_INVALID",
-    "RULE_REPEAT",
     "record_invalid_request",
     "submit_repair",
 ]
 
-RULE_REPEAT = "idempotent-repeat"
 """A request id seen before: the existing repair is returned."""
-RULE_INVALID = "invalid-request"
 
 
 def submit_repair(
@@ -125,10 +120,10 @@ def submit_repair(
     evidence = {**decision.request.evidence, "trace": [list(t) for t in decision.trace]}
     repair, created = store.create_repair(
         replace(decision.request, evidence=evidence),
-        state=decision.state,
+        state=decision.approval.state,
         now=now,
-        approved_by=decision.approved_by,
-        rule=decision.rule,
+        approved_by=decision.approval.approved_by,
+        rule=decision.approval.id,
     )
     if not created:  # a concurrent writer inserted the same request id first: theirs stands
         return _repeat(store, request, repair, now, dedupe_window)
@@ -137,8 +132,8 @@ def submit_repair(
         "repair_id": repair.id,
         "action": repair.action.value,
         "state": repair.state.value,
-        "rule": decision.rule,
-        "approved_by": decision.approved_by,
+        "rule": decision.approval.id,
+        "approved_by": decision.approval.approved_by,
         "decision": decision.reason,
         "trace": [list(t) for t in decision.trace],
     }
@@ -147,14 +142,14 @@ def submit_repair(
             AuditKind.REPAIR_REQUESTED, now, request.cluster, request.node, payload, repair.action
         )
     )
-    return repair, True, decision.rule
+    return repair, True, decision.approval.id
 
 
 def _check_identity(request: RepairRequest) -> None:
     kind = request.requester_kind
     if kind is RequesterKind.MEDIC:
         raise IdentityViolation(
-            RULE_IDENTITY,
+            RepairRule.IDENTITY,
             "medic's own recommendations come from its policy; a request is a detector's or a "
             "person's",
         )
@@ -168,7 +163,7 @@ def _check_identity(request: RepairRequest) -> None:
             )
         if request.action.human_only:
             raise IdentityViolation(
-                RULE_REMOVE_HUMAN_ONLY,
+                RepairRule.REMOVE_HUMAN_ONLY,
                 f"detector {request.requested_by} asked to {request.action.value} "
                 f"{request.node}: removal is a person's decision, never a detector's",
             )
@@ -201,7 +196,7 @@ def _repeat(
         **_request_payload(request),
         "repair_id": existing.id,
         "state": existing.state.value,
-        "rule": RULE_REPEAT,
+        "rule": RepairRule.REPEAT,
     }
     event = audit_event(
         AuditKind.REPAIR_REQUEST_REPEATED,
@@ -215,7 +210,7 @@ def _repeat(
         store, event, window, ("request_id", "requested_by", "repair_id", "state")
     ):
         store.append_audit(event)
-    return existing, False, RULE_REPEAT
+    return existing, False, RepairRule.REPEAT
 
 
 def _refused(
@@ -225,7 +220,9 @@ def _refused(
     now: datetime,
     window: timedelta | None,
 ) -> None:
-    rule = getattr(error, "rule", RULE_INVALID if isinstance(error, InputError) else "refused")
+    rule = getattr(
+        error, "rule", RepairRule.INVALID if isinstance(error, InputError) else "refused"
+    )
     payload = {**_request_payload(request), "rule": rule, "error": str(error)}
     event = audit_event(
         AuditKind.REPAIR_REQUEST_REFUSED,
@@ -263,7 +260,7 @@ def record_invalid_request(
 ) -> bool:
     """Audit a malformed request (a ``medic-request:`` drain reason the parser refused) once per
     ``dedupe_window`` and message; the node is left alone. True when an event was written."""
-    payload = {"error": str(error), "where": error.where, "rule": RULE_INVALID}
+    payload = {"error": str(error), "where": error.where, "rule": RepairRule.INVALID}
     event = audit_event(AuditKind.REPAIR_REQUEST_INVALID, now, cluster, node, payload)
     if seen_recently(store, event, dedupe_window, ("error",)):
         return False

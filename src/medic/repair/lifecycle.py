@@ -38,6 +38,7 @@ from medic.config.settings import RepairSettings
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, Job, NodeState
 from medic.domain.ids import JobId, NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     AlertSource,
     AlertState,
@@ -58,14 +59,12 @@ from medic.repair.leases import Leases
 from medic.repair.return_to_service import ReturnToService, foreign
 from medic.repair.rules.guards import (
     AUTO_APPROVER,
-    RULE_BUDGET,
-    RULE_EVIDENCE,
     Check,
     Slot,
     has_evidence,
     within_budget,
 )
-from medic.repair.rules.waiting import RULE_WAIT_TIMEOUT, deadline, running_jobs, wait_decision
+from medic.repair.rules.waiting import deadline, running_jobs, wait_decision
 from medic.repair.steps import Steps
 from medic.repair.validation import VALIDATION_ALERT, Validator
 
@@ -176,7 +175,7 @@ class Lifecycle:
         repair: Repair,
         new: RepairState,
         view: PassView,
-        rule: str,
+        rule: RepairRule,
         reason: str,
         update: RepairUpdate | None = None,
         **extra: Any,
@@ -184,10 +183,10 @@ class Lifecycle:
         """Compare-and-set ``repair`` to ``new`` and audit it; None when another writer moved it
         first (this engine then leaves it alone). The move makes this engine its owner."""
         now = self._now()
-        if new is S.DONE or (new is S.FAILED and rule == "validation-failed"):
+        if new is S.DONE or (new is S.FAILED and rule == RepairRule.VALIDATION_FAILED):
             # Before the move, so an engine that sees the repair finished sees its alerts cleared.
             keys = set(repair.alert_keys) - {VALIDATION_ALERT}
-            passed = {VALIDATION_ALERT} if rule == "validation-passed" else set()
+            passed = {VALIDATION_ALERT} if rule == RepairRule.VALIDATION_PASSED else set()
             self._resolve(repair, keys | passed, new)
         try:
             stamped = self.leases.stamp(update, now)
@@ -213,7 +212,7 @@ class Lifecycle:
         stopped."""
         return self.leases.owns(repair)
 
-    def fail(self, repair: Repair, view: PassView, rule: str, error: str) -> Repair | None:
+    def fail(self, repair: Repair, view: PassView, rule: RepairRule, error: str) -> Repair | None:
         return self.move(repair, S.FAILED, view, rule, error, RepairUpdate(error=error[:1000]))
 
     def audit(
@@ -250,11 +249,11 @@ class Lifecycle:
                 f"repair.{action}_command (an operator hook) or change the repair's action; "
                 "the node was not touched"
             )
-            return self.fail(repair, view, "no-executor", why)
+            return self.fail(repair, view, RepairRule.NO_EXECUTOR, why)
         if repair.requester_kind is not RequesterKind.USER:
             evidence = has_evidence(_request(repair), view.firing.get(repair.node, []))
             if not evidence:
-                return self.move(repair, S.CANCELLED, view, RULE_EVIDENCE, evidence.reason)
+                return self.move(repair, S.CANCELLED, view, RepairRule.EVIDENCE, evidence.reason)
         if self._breaker_tripped and repair.approved_by == AUTO_APPROVER:
             return repair  # held until a person resets the breaker (or approves it anew)
         budget = self._budget(repair, view, Slot.START)
@@ -265,25 +264,25 @@ class Lifecycle:
             wait_deadline=deadline(self._now(), view.policy),
             escalated_from=RepairAction(climbed) if isinstance(climbed, str) else None,
         )
-        return self.move(repair, S.CORDONED, view, RULE_BUDGET, budget.reason, update)
+        return self.move(repair, S.CORDONED, view, RepairRule.BUDGET, budget.reason, update)
 
     def _cordoned(self, repair: Repair, view: PassView) -> Repair | None:
         reason = f"medic: repair {repair.id} {repair.action.value}"
         node = view.nodes.get(repair.node)
         if node is not None and node.state in OUT_OF_SERVICE and foreign(node.reason):
             why = f"{node.name} was taken out of service by someone else ({node.reason!r})"
-            return self.fail(repair, view, "cordon-refused", f"cannot drain: {why}")
+            return self.fail(repair, view, RepairRule.CORDON_REFUSED, f"cannot drain: {why}")
         if not self.owns(repair):
             return repair  # the engine that cordoned it drains it
         if node is None or node.reason != reason or node.state not in OUT_OF_SERVICE:
             try:
                 self.do(repair, "drain", lambda: self._scheduler.drain_node(repair.node, reason))
             except PermanentError as exc:
-                return self.fail(repair, view, "cordon-refused", f"cannot drain: {exc}")
+                return self.fail(repair, view, RepairRule.CORDON_REFUSED, f"cannot drain: {exc}")
             except MedicError:
                 return repair  # try again next pass
         why = f"{repair.node} drained ({reason!r}); waiting for it to be idle"
-        return self.move(repair, S.WAITING_FOR_IDLE, view, "cordoned", why)
+        return self.move(repair, S.WAITING_FOR_IDLE, view, RepairRule.CORDONED, why)
 
     def _wait(self, repair: Repair, view: PassView) -> Repair | None:
         node_jobs = [j for j in view.jobs if repair.node in j.nodes]
@@ -303,7 +302,7 @@ class Lifecycle:
                 f"jobs medic does not watch still run on {repair.node} ({hidden.value}) at the "
                 "wait deadline: they end with the repair"
             )
-            decision = decision._replace(timed_out=True, reason=why, rule=RULE_WAIT_TIMEOUT)
+            decision = decision._replace(timed_out=True, reason=why, rule=RepairRule.WAIT_TIMEOUT)
         if not self._budget(repair, view, Slot.WORK):
             return repair  # its node is free, the budget is not: it drains when a slot is
         jobs = decision.interrupted_jobs
@@ -379,7 +378,7 @@ class Lifecycle:
         if refused:
             why += f"; not moved (the scheduler refused): {', '.join(refused)}, interrupted"
         update = RepairUpdate(boot_id=boot_id)
-        moved = self.move(repair, S.EXECUTING, view, "drained", why, update)
+        moved = self.move(repair, S.EXECUTING, view, RepairRule.DRAINED, why, update)
         if moved is not None:
             self._execution.entered(moved)
         return moved

@@ -18,6 +18,7 @@ from datetime import datetime
 from medic.domain.audit import AuditKind
 from medic.domain.auth import Role, check_token_name
 from medic.domain.ids import ClusterName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import Breaker, RepairAction, RepairPolicy
 from medic.errors import ConflictError, InputError
 from medic.repair.actors import Actor, as_person
@@ -28,8 +29,6 @@ from medic.repair.rules.xid_classes import XID_CLASSES
 __all__ = ["check_policy", "put_policy", "reset_breaker"]
 
 
-RULE_MANUAL_POLICY = "manual-policy"
-RULE_MANUAL_RESET = "manual-breaker-reset"
 _DAY = 86_400.0
 MAX_TRUSTED_DETECTORS = 256
 
@@ -102,7 +101,7 @@ def put_policy(
         for name in RepairPolicy.__dataclass_fields__
         if getattr(before, name) != getattr(after, name)
     }
-    payload = {"by": str(who), "rule": RULE_MANUAL_POLICY, "changed": changed}
+    payload = {"by": str(who), "rule": RepairRule.MANUAL_POLICY, "changed": changed}
     event = audit_event(
         AuditKind.REPAIR_POLICY_CHANGED, now, cluster, None, payload, actor=str(who)
     )
@@ -142,7 +141,7 @@ def reset_breaker(
         return store.get_breaker(cluster), False
     payload = {
         "by": str(who),
-        "rule": RULE_MANUAL_RESET,
+        "rule": RepairRule.MANUAL_RESET,
         "tripped_at": current.tripped_at.isoformat() if current.tripped_at else None,
         "trip_reason": current.reason,
         "reason": reason,

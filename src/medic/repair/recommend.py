@@ -25,6 +25,7 @@ from typing import Any
 from medic.config.settings import RepairSettings
 from medic.domain.audit import AuditKind
 from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import Alert, AlertState, Breaker, Repair, RepairAction, RepairState
 from medic.errors import ConflictError
 from medic.repair.alerts import AlertSources, RepairMetrics, repair_event
@@ -32,13 +33,11 @@ from medic.repair.intake_common import IntakeStore
 from medic.repair.lifecycle import Lifecycle, PassView
 from medic.repair.rules.guards import (
     AUTO_APPROVER,
-    RULE_ALERT_CLEARED,
     breaker_should_trip,
     has_evidence,
     in_cooldown,
     should_auto_resolve,
 )
-from medic.repair.rules.ladder import RULE_MIGRATION_GATE
 from medic.repair.rules.recommend import MEDIC_REQUESTER, Recommendation, Skip, recommend
 
 __all__ = ["Recommender"]
@@ -85,7 +84,7 @@ class Recommender:
                 continue  # started, or still firing: nothing to resolve
             check = should_auto_resolve(repair, [*firing, *self._past(repair.node)])
             if check and self._lifecycle.move(
-                repair, RepairState.CANCELLED, view, RULE_ALERT_CLEARED, check.reason
+                repair, RepairState.CANCELLED, view, RepairRule.ALERT_CLEARED, check.reason
             ):
                 cancelled += 1
         return cancelled
@@ -243,5 +242,5 @@ class Recommender:
 
 def _gated(answer: Recommendation) -> bool:
     """The migration gate turned a migration into a reprovision."""
-    gate = any(rule == RULE_MIGRATION_GATE for rule, _ in answer.trace)
+    gate = any(rule == RepairRule.MIGRATION_GATE for rule, _ in answer.trace)
     return gate and answer.request.action is not RepairAction.MIGRATE

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from medic.config.settings import RepairSettings
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import OUT_OF_SERVICE, REQUEST_PREFIX, is_medic_reason
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     Repair,
     RepairAction,
@@ -62,13 +63,15 @@ class LifecycleOps(Protocol):
         repair: Repair,
         new: RepairState,
         view: PassView,
-        rule: str,
+        rule: RepairRule,
         reason: str,
         update: RepairUpdate | None = None,
         **extra: Any,
     ) -> Repair | None: ...
 
-    def fail(self, repair: Repair, view: PassView, rule: str, error: str) -> Repair | None: ...
+    def fail(
+        self, repair: Repair, view: PassView, rule: RepairRule, error: str
+    ) -> Repair | None: ...
 
     def do(self, repair: Repair, step: str, work: Callable[[], object], **detail: Any) -> None: ...
 
@@ -111,7 +114,7 @@ class ReturnToService:
         node, now = repair.node, self._now()
         if repair.action is RepairAction.REMOVE:
             why = f"{node} removed for RMA: it stays drained"
-            return self._ops.move(repair, RepairState.DONE, view, "removed", why)
+            return self._ops.move(repair, RepairState.DONE, view, RepairRule.REMOVED, why)
         try:
             back = self._provider.rejoined(node, repair.action, repair.boot_id)
         except MedicError:
@@ -120,7 +123,7 @@ class ReturnToService:
             limit = self._settings.rejoin_timeout_seconds
             if (now - repair.updated_at).total_seconds() > limit:
                 return self._ops.fail(
-                    repair, view, "rejoin-timeout", f"{node} not back in {limit:g} s"
+                    repair, view, RepairRule.REJOIN_TIMEOUT, f"{node} not back in {limit:g} s"
                 )
             return repair
         validate = (
@@ -129,9 +132,9 @@ class ReturnToService:
             or node in view.validation_failed
         )
         if not validate:
-            return self._back_in_service(repair, view, "rejoined", f"{node} is back")
+            return self._back_in_service(repair, view, RepairRule.REJOINED, f"{node} is back")
         why = f"{node} is back; running the validation suite"
-        moved = self._ops.move(repair, RepairState.VALIDATING, view, "rejoined", why)
+        moved = self._ops.move(repair, RepairState.VALIDATING, view, RepairRule.REJOINED, why)
         if moved is not None:  # kept out of service while it is tested (medic's drain)
             reason = f"medic: repair {repair.id} validating"
             try:
@@ -141,7 +144,7 @@ class ReturnToService:
         return moved
 
     def _back_in_service(
-        self, repair: Repair, view: PassView, rule: str, why: str, error: str | None = None
+        self, repair: Repair, view: PassView, rule: RepairRule, why: str, error: str | None = None
     ) -> Repair | None:
         node = view.nodes.get(repair.node)
         if node is not None and foreign(node.reason):  # someone drained it meanwhile: theirs
@@ -199,14 +202,14 @@ class ReturnToService:
         payload = result_payload(result, reason)
         self._ops.audit(AuditKind.REPAIR_VALIDATION, repair, payload, result.time)
         if result.outcome is ValidationOutcome.PASS:
-            return self._back_in_service(repair, view, "validation-passed", reason)
+            return self._back_in_service(repair, view, RepairRule.VALIDATION_PASSED, reason)
         if result.outcome is ValidationOutcome.ABORT and repair.node in view.validation_failed:
             # its previous state is out of service: it stays out, still not marked faulty anew
             error = f"validation failed before and this revalidation {reason}"
-            return self._ops.fail(repair, view, "validation-aborted", error)
+            return self._ops.fail(repair, view, RepairRule.VALIDATION_ABORTED, error)
         if result.outcome is ValidationOutcome.ABORT:
             why = f"validation {reason}: back in service, not marked faulty"
-            return self._back_in_service(repair, view, "validation-aborted", why, reason)
+            return self._back_in_service(repair, view, RepairRule.VALIDATION_ABORTED, why, reason)
         return self._failed_validation(repair, view, result.ticket or "-", reason)
 
     def _failed_validation(
@@ -223,7 +226,7 @@ class ReturnToService:
         payload = {"key": VALIDATION_ALERT, **alert.evidence}
         self._ops.audit(AuditKind.ALERT_FIRING, repair, payload, now)
         error = f"validation failed, ticket {ticket}: {reason}"
-        return self._ops.fail(repair, view, "validation-failed", error)
+        return self._ops.fail(repair, view, RepairRule.VALIDATION_FAILED, error)
 
 
 _REPAIR_DRAIN = re.compile(r"^medic: repair (\d+) ")

@@ -5,9 +5,12 @@ By default every detector's request waits for a person."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repair_rules import Approval, RepairRule
 from medic.domain.repairs import (
     RepairAction,
     RepairPolicy,
@@ -19,6 +22,13 @@ from medic.domain.repairs import (
 from medic.errors import InputError
 from medic.repair.policy_changes import check_policy
 from medic.repair.rules.approval import approval_text, approve, trusted_as
+
+
+def _decided(*args: Any, **kwargs: Any) -> tuple[RepairState, str | None, str]:
+    """``approve``'s answer as (state, approved_by, rule id), as the trail records it."""
+    approval = approve(*args, **kwargs)
+    return approval.state, approval.approved_by, approval.id
+
 
 PENDING, APPROVED = RepairState.PENDING_APPROVAL, RepairState.APPROVED
 API, SCHEDULER = RequestChannel.API, RequestChannel.SCHEDULER
@@ -41,12 +51,14 @@ def _detector(name: str, channel: RequestChannel = API) -> RepairRequest:
 
 def test_by_default_every_detector_waits_for_a_person() -> None:
     for channel in RequestChannel:
-        assert approve(_detector("nvsentinel", channel), RepairPolicy()) == (
+        assert _decided(_detector("nvsentinel", channel), RepairPolicy()) == (
             PENDING,
             None,
             "detector-untrusted",
         )
-    assert "waits for a person" in approval_text("detector-untrusted")
+    assert "waits for a person" in approval_text(
+        Approval(PENDING, None, RepairRule.DETECTOR_UNTRUSTED)
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,9 +77,9 @@ def test_by_default_every_detector_waits_for_a_person() -> None:
 def test_the_policy_trusts_a_detector_by_name(name: str, entry: str | None) -> None:
     assert trusted_as(name, TRUSTING) == entry
     if entry is None:
-        assert approve(_detector(name), TRUSTING) == (PENDING, None, "detector-untrusted")
+        assert _decided(_detector(name), TRUSTING) == (PENDING, None, "detector-untrusted")
     else:
-        assert approve(_detector(name), TRUSTING) == (APPROVED, "auto", f"auto:detector:{entry}")
+        assert _decided(_detector(name), TRUSTING) == (APPROVED, "auto", f"auto:detector:{entry}")
 
 
 def test_the_most_specific_entry_names_the_rule() -> None:
@@ -78,12 +90,14 @@ def test_the_most_specific_entry_names_the_rule() -> None:
 
 def test_a_name_from_slurm_is_not_authenticated() -> None:
     spoofed = _detector("nvsentinel", SCHEDULER)  # detector=nvsentinel in a drain reason
-    assert approve(spoofed, TRUSTING) == (PENDING, None, "detector-unauthenticated")
-    assert "not authenticated" in approval_text("detector-unauthenticated")
+    assert _decided(spoofed, TRUSTING) == (PENDING, None, "detector-unauthenticated")
+    assert "not authenticated" in approval_text(
+        Approval(PENDING, None, RepairRule.DETECTOR_UNAUTHENTICATED)
+    )
     # only a policy that explicitly trusts the scheduler channel takes the name as given
     both = RepairPolicy(trusted_detectors=TRUSTING.trusted_detectors, trust_scheduler_requests=True)
-    assert approve(spoofed, both) == (APPROVED, "auto", "auto:detector:nvsentinel")
-    assert approve(_detector("dcgm", SCHEDULER), both) == (PENDING, None, "detector-untrusted")
+    assert _decided(spoofed, both) == (APPROVED, "auto", "auto:detector:nvsentinel")
+    assert _decided(_detector("dcgm", SCHEDULER), both) == (PENDING, None, "detector-untrusted")
 
 
 def test_a_request_that_does_not_say_how_it_came_is_not_authenticated() -> None:
@@ -97,7 +111,7 @@ def test_a_request_that_does_not_say_how_it_came_is_not_authenticated() -> None:
         request_id="r-1",
     )
     assert request.channel is SCHEDULER
-    assert approve(request, TRUSTING)[2] == "detector-unauthenticated"
+    assert _decided(request, TRUSTING)[2] == "detector-unauthenticated"
 
 
 @pytest.mark.parametrize(

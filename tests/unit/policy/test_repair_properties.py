@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +51,14 @@ policies = st.builds(
     trusted_detectors=st.frozensets(st.sampled_from(["nvsentinel", "agent", "someone"])),
     trust_scheduler_requests=st.booleans(),
 )
+
+
+def _decided(*args: Any, **kwargs: Any) -> tuple[RepairState, str | None, str]:
+    """``approve``'s answer as (state, approved_by, rule id), as the trail records it."""
+    approval = approve(*args, **kwargs)
+    return approval.state, approval.approved_by, approval.id
+
+
 breakers = st.builds(Breaker, cluster=st.just(CLUSTER), tripped=st.booleans())
 
 
@@ -100,7 +109,7 @@ def test_remove_is_never_automatic(
     escalated: RepairAction,
 ) -> None:
     request = RepairRequest(CLUSTER, NODES[0], action, "someone", kind, "r", ("xid:79",), xid=xid)
-    state, approved_by, rule = approve(request, policy, escalated_from=escalated, breaker=breaker)
+    state, approved_by, rule = _decided(request, policy, escalated_from=escalated, breaker=breaker)
     if action is RepairAction.REMOVE:
         assert approved_by != "auto"
         assert kind is RequesterKind.USER or state is RepairState.PENDING_APPROVAL
@@ -129,7 +138,7 @@ def test_a_detector_is_approved_only_when_the_policy_trusts_its_name_and_channel
     request = RepairRequest(
         CLUSTER, NODES[0], action, name, RequesterKind.DETECTOR, "r", channel=channel
     )
-    state, approved_by, _ = approve(request, policy, breaker=breaker)
+    state, approved_by, _ = _decided(request, policy, breaker=breaker)
     if state is RepairState.APPROVED:
         assert approved_by == "auto" and trusted_as(name, policy) is not None
         assert channel is RequestChannel.API or policy.trust_scheduler_requests

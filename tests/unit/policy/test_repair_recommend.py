@@ -46,6 +46,12 @@ TRUSTING = RepairPolicy(trusted_detectors=frozenset({"nvsentinel"}))
 """The policy trusts the detector ``nvsentinel`` (by default it trusts none)."""
 
 
+def _decided(*args: Any, **kwargs: Any) -> tuple[RepairState, str | None, str]:
+    """``approve``'s answer as (state, approved_by, rule id), as the trail records it."""
+    approval = approve(*args, **kwargs)
+    return approval.state, approval.approved_by, approval.id
+
+
 def _request(
     action: RepairAction = B,
     kind: RequesterKind = MEDIC,
@@ -53,6 +59,7 @@ def _request(
     keys: tuple[str, ...] = ("xid:79",),
     by: str | None = None,
 ) -> RepairRequest:
+
     requested_by = by or {MEDIC: "medic", DETECTOR: "nvsentinel", USER: "alice"}[kind]
     return RepairRequest(
         CLUSTER, N1, action, requested_by, kind, "because", keys, xid=xid, channel=API
@@ -150,14 +157,14 @@ def test_approve(
     breaker: Breaker | None,
     expected: tuple[RepairState, str | None, str],
 ) -> None:
-    assert approve(request_, policy, escalated_from=escalated_from, breaker=breaker) == expected
+    assert _decided(request_, policy, escalated_from=escalated_from, breaker=breaker) == expected
 
 
 def test_a_detector_never_acts_as_a_user() -> None:
     posing = _request(kind=DETECTOR, by="alice")
-    assert approve(posing, RepairPolicy()) == (PENDING, None, "detector-untrusted")
+    assert _decided(posing, RepairPolicy()) == (PENDING, None, "detector-untrusted")
     trusted = RepairPolicy(trusted_detectors=frozenset({"alice"}))
-    assert approve(posing, trusted) == (APPROVED, "auto", "auto:detector:alice")
+    assert _decided(posing, trusted) == (APPROVED, "auto", "auto:detector:alice")
 
 
 # --- recommend --------------------------------------------------------------------------------

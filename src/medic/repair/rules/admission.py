@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     Alert,
     Breaker,
@@ -36,8 +37,6 @@ from medic.domain.repairs import (
 )
 from medic.repair.rules.approval import approval_text, approve
 from medic.repair.rules.guards import (
-    RULE_DETECTOR_CAP,
-    RULE_EVIDENCE,
     detector_cap_reached,
     has_evidence,
 )
@@ -69,13 +68,13 @@ def admit(
     """
     keys = request.alert_keys
     evidence = has_evidence(request, firing_alerts)
-    trace: list[tuple[str, str]] = [(RULE_EVIDENCE, evidence.reason)]
+    trace: list[tuple[str, str]] = [(RepairRule.EVIDENCE, evidence.reason)]
     if not evidence:
-        return Skip(RULE_EVIDENCE, evidence.reason, alert_keys=keys, trace=tuple(trace))
+        return Skip(RepairRule.EVIDENCE, evidence.reason, alert_keys=keys, trace=tuple(trace))
     if request.requester_kind is RequesterKind.DETECTOR:
         cap = detector_cap_reached(recent_repairs, policy, now)
         if cap:
-            return Skip(RULE_DETECTOR_CAP, cap.reason, alert_keys=keys, trace=tuple(trace))
+            return Skip(RepairRule.DETECTOR_CAP, cap.reason, alert_keys=keys, trace=tuple(trace))
     blocked = open_repair(open_repairs, request.cluster, request.node)
     if blocked is not None:
         return replace(blocked, alert_keys=keys, trace=tuple(trace))
@@ -83,15 +82,13 @@ def admit(
     action, note = apply_migration_gate(request.action, on_node, now, trace)
     if action is not request.action:
         request = replace(request, action=action, reason=f"{request.reason}{note}")
-    state, approved_by, rule = approve(request, policy, breaker=breaker)
-    trace.append((rule, approval_text(rule)))
+    approval = approve(request, policy, breaker=breaker)
+    trace.append((approval.id, approval_text(approval)))
     reason = f"{request.action} on {request.node} for {request.requested_by}: {request.reason}"
     return Recommendation(
         request=request,
-        state=state,
-        approved_by=approved_by,
-        rule=rule,
-        reason=f"{reason}; {approval_text(rule)}",
-        wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
+        approval=approval,
+        reason=f"{reason}; {approval_text(approval)}",
+        wait_deadline=deadline(now, policy) if approval.state is RepairState.APPROVED else None,
         trace=tuple(trace),
     )

@@ -1,6 +1,7 @@
 """Who approves a new repair: the approval rules every repair decision ends with.
 
-:func:`approve` answers, for a new request, whether it waits for a person and under which rule id;
+:func:`approve` answers, for a new request, whether it waits for a person and under which rule
+(an :class:`~medic.domain.repair_rules.Approval`);
 both :func:`medic.repair.rules.recommend.recommend` (medic's own recommendation) and
 :func:`medic.repair.rules.admission.admit` (a detector's or a person's request) end with it, and
 :func:`approval_text` turns the rule id into the sentence the audit trail shows.
@@ -29,6 +30,7 @@ Pure: no I/O, no clock reads.
 
 from __future__ import annotations
 
+from medic.domain.repair_rules import Approval, RepairRule
 from medic.domain.repairs import (
     Breaker,
     RepairAction,
@@ -41,35 +43,27 @@ from medic.domain.repairs import (
 from medic.repair.rules.guards import AUTO_APPROVER
 
 __all__ = [
-    "RULE_APPROVAL_REQUIRED",
-    "RULE_BREAKER_TRIPPED",
-    "RULE_DETECTOR_UNAUTHENTICATED",
-    "RULE_DETECTOR_UNTRUSTED",
-    "RULE_REMOVE_HUMAN_ONLY",
-    "RULE_USER_REQUEST",
     "approval_text",
     "approve",
     "trusted_as",
 ]
 
-RULE_APPROVAL_REQUIRED = "approval-required"
-RULE_BREAKER_TRIPPED = "breaker-tripped"
-RULE_DETECTOR_UNTRUSTED = "detector-untrusted"
-RULE_DETECTOR_UNAUTHENTICATED = "detector-unauthenticated"
-RULE_USER_REQUEST = "user-request"
-RULE_REMOVE_HUMAN_ONLY = "remove-human-only"
 
 _APPROVAL_TEXT = {
-    RULE_APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
-    RULE_BREAKER_TRIPPED: "the circuit breaker is tripped: automatic repair is paused, a person "
-    "must approve",
-    RULE_DETECTOR_UNTRUSTED: "the policy does not trust this detector (trusted_detectors): waits "
-    "for a person to approve",
-    RULE_DETECTOR_UNAUTHENTICATED: "a detector's name in a Slurm drain reason or node comment is "
-    "not authenticated (anyone who may drain a node writes it) and the policy does not trust "
-    "scheduler requests (trust_scheduler_requests): waits for a person to approve",
-    RULE_USER_REQUEST: "requested by a person",
-    RULE_REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
+    RepairRule.APPROVAL_REQUIRED: "waits for a person to approve (approve-before-repair)",
+    RepairRule.BREAKER_TRIPPED: (
+        "the circuit breaker is tripped: automatic repair is paused, a person must approve"
+    ),
+    RepairRule.DETECTOR_UNTRUSTED: (
+        "the policy does not trust this detector (trusted_detectors): waits for a person to approve"
+    ),
+    RepairRule.DETECTOR_UNAUTHENTICATED: (
+        "a detector's name in a Slurm drain reason or node comment is not authenticated (anyone "
+        "who may drain a node writes it) and the policy does not trust scheduler requests "
+        "(trust_scheduler_requests): waits for a person to approve"
+    ),
+    RepairRule.USER_REQUEST: "requested by a person",
+    RepairRule.REMOVE_HUMAN_ONLY: "removal is never automatic: a person must approve",
 }
 
 
@@ -79,8 +73,8 @@ def approve(
     *,
     escalated_from: RepairAction | None = None,
     breaker: Breaker | None = None,
-) -> tuple[RepairState, str | None, str]:
-    """(PENDING_APPROVAL or APPROVED, ``approved_by`` or None, rule id) for a new request.
+) -> Approval:
+    """Whether a new request waits for a person, who approves it otherwise, and under which rule.
 
     A person's request answers ``user-request`` (the intake decides whether it waits for another
     person, see the module docstring); removal otherwise always waits for one. A detector's
@@ -95,25 +89,28 @@ def approve(
     """
     pending = RepairState.PENDING_APPROVAL
     if request.requester_kind is RequesterKind.USER:
-        return RepairState.APPROVED, request.requested_by, RULE_USER_REQUEST
+        return Approval(RepairState.APPROVED, request.requested_by, RepairRule.USER_REQUEST)
     if request.action.human_only:
-        return pending, None, RULE_REMOVE_HUMAN_ONLY
+        return Approval(pending, None, RepairRule.REMOVE_HUMAN_ONLY)
+    automatic: Approval
     if request.requester_kind is RequesterKind.DETECTOR:
         entry = trusted_as(request.requested_by, policy)
         if entry is None:
-            return pending, None, RULE_DETECTOR_UNTRUSTED
+            return Approval(pending, None, RepairRule.DETECTOR_UNTRUSTED)
         if request.channel is not RequestChannel.API and not policy.trust_scheduler_requests:
-            return pending, None, RULE_DETECTOR_UNAUTHENTICATED
-        rule = f"auto:detector:{entry}"
+            return Approval(pending, None, RepairRule.DETECTOR_UNAUTHENTICATED)
+        automatic = Approval(RepairState.APPROVED, AUTO_APPROVER, RepairRule.AUTO_DETECTOR, entry)
     elif request.action in policy.auto_actions:
-        rule = f"auto:action:{request.action}"
+        subject = str(request.action)
+        automatic = Approval(RepairState.APPROVED, AUTO_APPROVER, RepairRule.AUTO_ACTION, subject)
     elif escalated_from is None and request.xid is not None and request.xid in policy.auto_xids:
-        rule = f"auto:xid:{request.xid}"
+        subject = str(request.xid)
+        automatic = Approval(RepairState.APPROVED, AUTO_APPROVER, RepairRule.AUTO_XID, subject)
     else:
-        return pending, None, RULE_APPROVAL_REQUIRED
+        return Approval(pending, None, RepairRule.APPROVAL_REQUIRED)
     if breaker is not None and breaker.tripped:
-        return pending, None, RULE_BREAKER_TRIPPED
-    return RepairState.APPROVED, AUTO_APPROVER, rule
+        return Approval(pending, None, RepairRule.BREAKER_TRIPPED)
+    return automatic
 
 
 def trusted_as(detector: str, policy: RepairPolicy) -> str | None:
@@ -128,8 +125,8 @@ def trusted_as(detector: str, policy: RepairPolicy) -> str | None:
     return max(found, key=lambda entry: (len(entry), entry)) if found else None
 
 
-def approval_text(rule: str) -> str:
-    """A readable sentence for an approval rule id."""
-    if rule.startswith("auto:"):
-        return f"approved automatically by policy rule {rule}"
-    return _APPROVAL_TEXT.get(rule, rule)
+def approval_text(approval: Approval) -> str:
+    """A readable sentence for an approval."""
+    if approval.automatic:
+        return f"approved automatically by policy rule {approval.id}"
+    return _APPROVAL_TEXT.get(approval.rule, approval.id)

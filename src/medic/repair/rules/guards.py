@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from medic.domain.ids import NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     Alert,
     AlertState,
@@ -59,13 +60,6 @@ from medic.repair.rules.lightest import effective_action
 __all__ = [
     "AUTO_APPROVER",
     "BREAKER_MIN_REPAIRS",
-    "RULE_ALERT_CLEARED",
-    "RULE_BREAKER",
-    "RULE_BUDGET",
-    "RULE_COOLDOWN",
-    "RULE_DETECTOR_CAP",
-    "RULE_EVIDENCE",
-    "RULE_PERSISTENCE",
     "Check",
     "Slot",
     "breaker_should_trip",
@@ -80,13 +74,6 @@ __all__ = [
     "within_budget",
 ]
 
-RULE_PERSISTENCE = "persistence"
-RULE_COOLDOWN = "cooldown"
-RULE_BUDGET = "budget"
-RULE_BREAKER = "breaker"
-RULE_DETECTOR_CAP = "detector-cap"
-RULE_ALERT_CLEARED = "alert-cleared"
-RULE_EVIDENCE = "evidence"
 
 AUTO_APPROVER = "auto"
 """``approved_by`` of a repair the policy approved (not a person)."""
@@ -122,7 +109,7 @@ class Check:
     """One guard's answer with its rule id and a readable reason."""
 
     value: bool
-    rule: str
+    rule: RepairRule
     reason: str
     retry_at: datetime | None = None
     """When the answer may change by time alone (persistence reached, cooldown over)."""
@@ -146,19 +133,23 @@ def is_persistent(alert: Alert, policy: RepairPolicy, now: datetime) -> Check:
     again)."""
     need = max(0.0, persistence_seconds(alert.key, policy))
     if alert.state is not AlertState.FIRING:
-        return Check(False, RULE_PERSISTENCE, f"{alert.key} is not firing")
+        return Check(False, RepairRule.PERSISTENCE, f"{alert.key} is not firing")
     since = alert.firing_since or alert.first_seen
     if since is None:
         if need == 0:
-            return Check(True, RULE_PERSISTENCE, f"{alert.key} firing (no persistence required)")
-        return Check(False, RULE_PERSISTENCE, f"{alert.key} has no first-seen time")
+            return Check(
+                True, RepairRule.PERSISTENCE, f"{alert.key} firing (no persistence required)"
+            )
+        return Check(False, RepairRule.PERSISTENCE, f"{alert.key} has no first-seen time")
     held = (now - since).total_seconds()
     ready_at = since + timedelta(seconds=need)
     if held >= need:
-        return Check(True, RULE_PERSISTENCE, f"{alert.key} firing for {held:.0f}s >= {need:.0f}s")
+        return Check(
+            True, RepairRule.PERSISTENCE, f"{alert.key} firing for {held:.0f}s >= {need:.0f}s"
+        )
     return Check(
         False,
-        RULE_PERSISTENCE,
+        RepairRule.PERSISTENCE,
         f"{alert.key} firing for {held:.0f}s, needs {need:.0f}s",
         retry_at=ready_at,
     )
@@ -179,12 +170,14 @@ def in_cooldown(
     finished = [r for r in repairs if r.node == node and _cooling(r)]
     recent = [r for r in finished if now - r.updated_at < cooldown]
     if not recent:
-        return Check(False, RULE_COOLDOWN, f"no repair on {node} finished in the last {cooldown}")
+        return Check(
+            False, RepairRule.COOLDOWN, f"no repair on {node} finished in the last {cooldown}"
+        )
     last = max(recent, key=lambda r: r.updated_at)
     until = last.updated_at + cooldown
     return Check(
         True,
-        RULE_COOLDOWN,
+        RepairRule.COOLDOWN,
         f"repair {last.id} ({last.action}, {last.state}) on {node} finished at "
         f"{last.updated_at.isoformat()}; cooling down until {until.isoformat()}",
         retry_at=until,
@@ -256,7 +249,7 @@ def within_budget(
     if len(holding) >= limit:
         return Check(
             False,
-            RULE_BUDGET,
+            RepairRule.BUDGET,
             f"{len(holding)} repair(s) {what}, budget {limit} "
             f"(max(1, floor({policy.max_concurrent_fraction} x {cluster_nodes} nodes)))",
         )
@@ -269,11 +262,11 @@ def within_budget(
             ids = ", ".join(f"{r.id} on {r.node}" for r in same)
             return Check(
                 False,
-                RULE_BUDGET,
+                RepairRule.BUDGET,
                 f"node pool {pool} already has repair(s) {ids} {what}, its budget {cap} "
                 f"(max(1, ceil({policy.max_concurrent_fraction} x {size} nodes)))",
             )
-    return Check(True, RULE_BUDGET, f"{len(holding)} of {limit} repair(s) {what}")
+    return Check(True, RepairRule.BUDGET, f"{len(holding)} of {limit} repair(s) {what}")
 
 
 def _breaker_need(nodes: int, policy: RepairPolicy) -> int:
@@ -332,8 +325,8 @@ def breaker_should_trip(
         f"{len(hit - alerting)} more repaired automatically), threshold {need} ({scope})"
     )
     if count >= need:
-        return Check(True, RULE_BREAKER, f"trip: {detail}: a cluster-level cause is likely")
-    return Check(False, RULE_BREAKER, detail)
+        return Check(True, RepairRule.BREAKER, f"trip: {detail}: a cluster-level cause is likely")
+    return Check(False, RepairRule.BREAKER, detail)
 
 
 def detector_cap_reached(
@@ -351,10 +344,10 @@ def detector_cap_reached(
     if count >= cap:
         return Check(
             True,
-            RULE_DETECTOR_CAP,
+            RepairRule.DETECTOR_CAP,
             f"{count} detector request(s) in the last hour, cap {cap} per cluster",
         )
-    return Check(False, RULE_DETECTOR_CAP, f"{count} of {cap} detector request(s) this hour")
+    return Check(False, RepairRule.DETECTOR_CAP, f"{count} of {cap} detector request(s) this hour")
 
 
 def should_auto_resolve(repair: Repair, alerts: Sequence[Alert]) -> Check:
@@ -362,11 +355,11 @@ def should_auto_resolve(repair: Repair, alerts: Sequence[Alert]) -> Check:
     it answers alerts (medic or detector, not a person's request), and every one of them is known
     and resolved: cancel it with reason ``alert-cleared``."""
     if repair.state not in _NOT_STARTED:
-        return Check(False, RULE_ALERT_CLEARED, f"repair {repair.id} is {repair.state}")
+        return Check(False, RepairRule.ALERT_CLEARED, f"repair {repair.id} is {repair.state}")
     if repair.requester_kind is RequesterKind.USER:
-        return Check(False, RULE_ALERT_CLEARED, "a person asked for it: only they cancel it")
+        return Check(False, RepairRule.ALERT_CLEARED, "a person asked for it: only they cancel it")
     if not repair.alert_keys:
-        return Check(False, RULE_ALERT_CLEARED, "the repair names no alert")
+        return Check(False, RepairRule.ALERT_CLEARED, "the repair names no alert")
     on_node = {a.key: a for a in alerts if a.node == repair.node and a.cluster == repair.cluster}
     missing = [k for k in repair.alert_keys if k not in on_node]
     firing = [
@@ -375,10 +368,12 @@ def should_auto_resolve(repair: Repair, alerts: Sequence[Alert]) -> Check:
     if missing or firing:
         return Check(
             False,
-            RULE_ALERT_CLEARED,
+            RepairRule.ALERT_CLEARED,
             f"still firing: {', '.join(firing) or '-'}; unknown: {', '.join(missing) or '-'}",
         )
-    return Check(True, RULE_ALERT_CLEARED, f"every alert resolved ({', '.join(repair.alert_keys)})")
+    return Check(
+        True, RepairRule.ALERT_CLEARED, f"every alert resolved ({', '.join(repair.alert_keys)})"
+    )
 
 
 def has_evidence(request: RepairRequest, firing_alerts: Iterable[Alert]) -> Check:
@@ -390,11 +385,11 @@ def has_evidence(request: RepairRequest, firing_alerts: Iterable[Alert]) -> Chec
     }
     found = [k for k in request.alert_keys if k in firing]
     if found:
-        return Check(True, RULE_EVIDENCE, f"firing on {request.node}: {', '.join(found)}")
+        return Check(True, RepairRule.EVIDENCE, f"firing on {request.node}: {', '.join(found)}")
     if not request.alert_keys:
-        return Check(False, RULE_EVIDENCE, "no alert named as evidence (a failed check)")
+        return Check(False, RepairRule.EVIDENCE, "no alert named as evidence (a failed check)")
     return Check(
         False,
-        RULE_EVIDENCE,
+        RepairRule.EVIDENCE,
         f"none of {', '.join(request.alert_keys)} is firing on {request.node}",
     )

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import Alert, AlertState, Repair, RepairAction, RepairState
 from medic.repair.rules.guards import Check
 
@@ -32,8 +33,6 @@ __all__ = [
     "ESCALATION_WINDOW",
     "LADDER",
     "MIGRATION_EVIDENCE_WINDOW",
-    "RULE_ESCALATION",
-    "RULE_MIGRATION_GATE",
     "Escalation",
     "apply_migration_gate",
     "escalate",
@@ -42,8 +41,6 @@ __all__ = [
     "weight",
 ]
 
-RULE_ESCALATION = "escalation"
-RULE_MIGRATION_GATE = "migration-gate"
 
 LADDER: tuple[RepairAction, ...] = (
     RepairAction.RESET_GPU,
@@ -158,18 +155,18 @@ def gate_migration(alerts_on_node: Sequence[Alert], now: datetime) -> Check:
     critical = [a for a in alerts_on_node if a.severity is Severity.CRITICAL]
     for a in critical:
         if a.state is AlertState.FIRING:
-            return Check(True, RULE_MIGRATION_GATE, f"critical alert {a.key} is firing")
+            return Check(True, RepairRule.MIGRATION_GATE, f"critical alert {a.key} is firing")
     for a in critical:
         seen = _last_seen(a)
         if seen is not None and now - seen <= MIGRATION_EVIDENCE_WINDOW:
             return Check(
                 True,
-                RULE_MIGRATION_GATE,
+                RepairRule.MIGRATION_GATE,
                 f"critical alert {a.key} last seen {seen.isoformat()} (within 10 days)",
             )
     return Check(
         False,
-        RULE_MIGRATION_GATE,
+        RepairRule.MIGRATION_GATE,
         "migrate needs a critical alert firing now or in the last 10 days: reprovision instead",
     )
 
@@ -182,5 +179,5 @@ def apply_migration_gate(
     if action is not RepairAction.MIGRATE:
         return action, ""
     gate = gate_migration(alerts, now)
-    trace.append((RULE_MIGRATION_GATE, gate.reason))
+    trace.append((RepairRule.MIGRATION_GATE, gate.reason))
     return (action, "") if gate else (RepairAction.REPROVISION, f"; {gate.reason}")

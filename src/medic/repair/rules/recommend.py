@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from medic.domain.ids import ClusterName, NodeName
+from medic.domain.repair_rules import Approval, RepairRule
 from medic.domain.repairs import (
     Alert,
     AlertState,
@@ -47,23 +48,16 @@ from medic.domain.repairs import (
 )
 from medic.repair.rules.approval import approval_text, approve
 from medic.repair.rules.guards import (
-    RULE_BUDGET,
-    RULE_COOLDOWN,
-    RULE_PERSISTENCE,
     in_cooldown,
     is_persistent,
     within_budget,
 )
-from medic.repair.rules.ladder import RULE_ESCALATION, apply_migration_gate, escalate, weight
+from medic.repair.rules.ladder import apply_migration_gate, escalate, weight
 from medic.repair.rules.lightest import alert_xid, effective_action
 from medic.repair.rules.waiting import deadline
 
 __all__ = [
     "MEDIC_REQUESTER",
-    "RULE_EXECUTOR",
-    "RULE_NO_ALERT",
-    "RULE_OPEN_REPAIR",
-    "RULE_UNMAPPED",
     "Recommendation",
     "Skip",
     "open_repair",
@@ -72,10 +66,6 @@ __all__ = [
 
 MEDIC_REQUESTER = "medic"
 """Who requests medic's own recommendations (a name no person or detector may use)."""
-RULE_NO_ALERT = "no-alert"
-RULE_OPEN_REPAIR = "open-repair"
-RULE_UNMAPPED = "unmapped"
-RULE_EXECUTOR = "executor"
 """The mapped action has no executor here: the lightest one that has (reset -> reboot)."""
 
 
@@ -85,11 +75,8 @@ class Recommendation:
     (``approved_at=now`` and ``wait_deadline`` when approved, ``escalated_from`` from here)."""
 
     request: RepairRequest
-    state: RepairState
-    """PENDING_APPROVAL or APPROVED."""
-    approved_by: str | None
-    rule: str
-    """The rule that decided the approval (``approval-required``, ``auto:xid:79`` ...)."""
+    approval: Approval
+    """Who approves it (PENDING_APPROVAL: a person), under which rule."""
     reason: str
     escalated_from: RepairAction | None = None
     wait_deadline: datetime | None = None
@@ -99,12 +86,25 @@ class Recommendation:
     unmapped: tuple[str, ...] = ()
     """Firing alert keys on the node with no action mapping (listed, never dropped)."""
 
+    @property
+    def state(self) -> RepairState:
+        return self.approval.state
+
+    @property
+    def approved_by(self) -> str | None:
+        return self.approval.approved_by
+
+    @property
+    def rule(self) -> str:
+        """The approval rule id the repair row and the trail record (``auto:xid:79`` ...)."""
+        return self.approval.id
+
 
 @dataclass(frozen=True, slots=True)
 class Skip:
     """No repair now, and why."""
 
-    rule: str
+    rule: RepairRule
     reason: str
     retry_at: datetime | None = None
     """When the answer may change by time alone (persistence reached, cooldown over)."""
@@ -127,7 +127,7 @@ def _executable(
             "this cluster has no executor for reset_gpu (repair.reset_gpu_command): "
             "a reboot resets every GPU of the node"
         )
-        trace.append((RULE_EXECUTOR, why))
+        trace.append((RepairRule.EXECUTOR, why))
         return RepairAction.REBOOT, f"{note}; {why}"
     return action, note
 
@@ -137,7 +137,7 @@ def open_repair(repairs: Iterable[Repair], cluster: ClusterName, node: NodeName)
     for r in repairs:
         if r.cluster == cluster and r.node == node and not r.state.is_terminal:
             reason = f"repair {r.id} ({r.action}, {r.state}) is open on {node}"
-            return Skip(RULE_OPEN_REPAIR, reason)
+            return Skip(RepairRule.OPEN_REPAIR, reason)
     return None
 
 
@@ -171,13 +171,13 @@ def _persistent(
     unmapped = tuple(a.key for a in firing if effective_action(a) is None)
     if not mapped:
         reason = f"no action maps to {', '.join(unmapped)} (listed for a person)"
-        return [], Skip(RULE_UNMAPPED, reason, alert_keys=keys, unmapped=unmapped), ""
+        return [], Skip(RepairRule.UNMAPPED, reason, alert_keys=keys, unmapped=unmapped), ""
     checks = [(a, action, is_persistent(a, policy, now)) for a, action in mapped]
     reason = "; ".join(c.reason for *_, c in checks)
     held = [(a, action) for a, action, check in checks if check]
     if not held:
         retry = min((c.retry_at for *_, c in checks if c.retry_at), default=None)
-        return [], Skip(RULE_PERSISTENCE, reason, retry, keys, unmapped), reason
+        return [], Skip(RepairRule.PERSISTENCE, reason, retry, keys, unmapped), reason
     return held, None, reason
 
 
@@ -209,7 +209,7 @@ def recommend(
         if a.state is AlertState.FIRING and a.node == node and a.cluster == cluster
     ]
     if not firing:
-        return Skip(RULE_NO_ALERT, f"no alert firing on {node}")
+        return Skip(RepairRule.NO_ALERT, f"no alert firing on {node}")
     keys = tuple(a.key for a in firing)
     unmapped = tuple(a.key for a in firing if effective_action(a) is None)
     blocked = open_repair([*history, *active_repairs], cluster, node)
@@ -220,8 +220,8 @@ def recommend(
         return skip
     cooling = in_cooldown(node, [r for r in history if r.cluster == cluster], policy, now)
     if cooling:
-        return Skip(RULE_COOLDOWN, cooling.reason, cooling.retry_at, keys, unmapped)
-    trace: list[tuple[str, str]] = [(RULE_PERSISTENCE, persistence)]
+        return Skip(RepairRule.COOLDOWN, cooling.reason, cooling.retry_at, keys, unmapped)
+    trace: list[tuple[str, str]] = [(RepairRule.PERSISTENCE, persistence)]
     candidates = []
     for a, mapped in held:
         up = escalate(
@@ -230,7 +230,7 @@ def recommend(
         candidates.append(_Candidate(a, up.action, up.escalated_from, up.reason))
     chosen = _pick(candidates)
     if chosen.escalated_from is not None:
-        trace.append((RULE_ESCALATION, chosen.why))
+        trace.append((RepairRule.ESCALATION, chosen.why))
     action, note = apply_migration_gate(chosen.action, [*firing, *past_alerts], now, trace)
     action, note = _executable(action, executable, trace, note)
     # the gate can bring a climb back to where it started: then it did not escalate
@@ -250,28 +250,24 @@ def recommend(
         alert_keys=answered,
         xid=alert_xid(chosen.alert),
     )
-    state, approved_by, rule = approve(
-        request, policy, escalated_from=escalated_from, breaker=breaker
-    )
-    trace.append((rule, approval_text(rule)))
-    if state is RepairState.APPROVED:
+    approval = approve(request, policy, escalated_from=escalated_from, breaker=breaker)
+    trace.append((approval.id, approval_text(approval)))
+    if approval.state is RepairState.APPROVED:
         budget = within_budget(cluster_nodes, active_repairs, node_pools, node, policy)
         if not budget:
-            trace.append((RULE_BUDGET, budget.reason))
+            trace.append((RepairRule.BUDGET, budget.reason))
             why = f"{reason}; waits for the budget: {budget.reason}"
-            return Skip(RULE_BUDGET, why, None, keys, unmapped, tuple(trace))
+            return Skip(RepairRule.BUDGET, why, None, keys, unmapped, tuple(trace))
     evidence: dict[str, object] = {"trace": [list(t) for t in trace]}
     if escalated_from is not None:
         evidence["escalated_from"] = str(escalated_from)
     request = replace(request, evidence=evidence)
     return Recommendation(
         request=request,
-        state=state,
-        approved_by=approved_by,
-        rule=rule,
-        reason=f"{reason}; {approval_text(rule)}",
+        approval=approval,
+        reason=f"{reason}; {approval_text(approval)}",
         escalated_from=escalated_from,
-        wait_deadline=deadline(now, policy) if state is RepairState.APPROVED else None,
+        wait_deadline=deadline(now, policy) if approval.state is RepairState.APPROVED else None,
         trace=tuple(trace),
         unmapped=unmapped,
     )

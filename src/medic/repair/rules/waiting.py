@@ -29,6 +29,7 @@ from typing import NamedTuple
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Severity
 from medic.domain.ids import NodeName
+from medic.domain.repair_rules import RepairRule
 from medic.domain.repairs import (
     Alert,
     AlertState,
@@ -42,10 +43,6 @@ from medic.domain.repairs import (
 
 __all__ = [
     "MAX_WAIT_CAP_SECONDS",
-    "RULE_CHECKPOINT",
-    "RULE_IDLE",
-    "RULE_WAIT",
-    "RULE_WAIT_TIMEOUT",
     "WaitDecision",
     "critical_alert_nodes",
     "deadline",
@@ -57,10 +54,6 @@ __all__ = [
 
 MAX_WAIT_CAP_SECONDS = 86_400.0
 """The longest hold for an idle node, whatever ``max_wait_seconds`` says."""
-RULE_IDLE = "idle"
-RULE_WAIT = "wait-for-idle"
-RULE_WAIT_TIMEOUT = "wait-timeout"
-RULE_CHECKPOINT = "checkpoint-saved"
 
 
 class WaitDecision(NamedTuple):
@@ -69,7 +62,7 @@ class WaitDecision(NamedTuple):
     interrupted_jobs: tuple[str, ...]
     """Jobs the repair interrupts when it proceeds now (record them with the reason)."""
     reason: str
-    rule: str
+    rule: RepairRule
 
 
 def deadline(approved_at: datetime | None, policy: RepairPolicy) -> datetime | None:
@@ -98,20 +91,20 @@ def wait_decision(
     running = running_jobs(node_jobs)
     ids = tuple(str(j.id) for j in running)
     if not running:
-        return WaitDecision(True, False, (), f"no job runs on {repair.node}", RULE_IDLE)
+        return WaitDecision(True, False, (), f"no job runs on {repair.node}", RepairRule.IDLE)
     listed = ", ".join(ids)
     if policy.wait_mode is WaitMode.CHECKPOINT and managed_job_checkpointed:
         reason = f"the managed job saved a checkpoint: interrupting {listed}"
-        return WaitDecision(True, False, ids, reason, RULE_CHECKPOINT)
+        return WaitDecision(True, False, ids, reason, RepairRule.CHECKPOINT)
     if policy.wait_mode is WaitMode.NEVER_INTERRUPT:
         reason = f"waiting for {listed} to finish on {repair.node} (never interrupt)"
-        return WaitDecision(False, False, (), reason, RULE_WAIT)
+        return WaitDecision(False, False, (), reason, RepairRule.WAIT)
     until = repair.wait_deadline or deadline(repair.approved_at, policy)
     if until is not None and now >= until:
         reason = f"wait deadline {until.isoformat()} passed: interrupting {listed}"
-        return WaitDecision(True, True, ids, reason, RULE_WAIT_TIMEOUT)
+        return WaitDecision(True, True, ids, reason, RepairRule.WAIT_TIMEOUT)
     bound = f"until {until.isoformat()}" if until is not None else "(no deadline known)"
-    return WaitDecision(False, False, (), f"waiting for {listed} {bound}", RULE_WAIT)
+    return WaitDecision(False, False, (), f"waiting for {listed} {bound}", RepairRule.WAIT)
 
 
 def node_health(

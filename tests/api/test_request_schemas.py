@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from medic.api.schemas import CONTROLLER_AUDIT_KINDS, ActionFinishIn, AuditIn
 from medic.api.schemas_auth import ModesIn, TokenIn
+from medic.api.schemas_controller import CONTROLLER_AUDIT_KINDS, ActionFinishIn, AuditIn
 from medic.api.schemas_repairs import AUTO_ACTIONS, RepairPolicyIn
 from medic.domain.actions import ActionStatus
 from medic.domain.auth import TOKEN_NAME_PATTERN, Role, check_token_name

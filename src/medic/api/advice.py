@@ -26,12 +26,14 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from medic.api.auth import READERS, require
 from medic.api.openapi import problems
 from medic.api.schemas import (
+    AdviceOut,
+    AuditOut,
+)
+from medic.api.schemas_controller import (
     ActionBeginIn,
     ActionFinishIn,
     ActionRecordOut,
-    AdviceOut,
     AuditIn,
-    AuditOut,
     ReconciliationIn,
 )
 from medic.domain.actions import ActionRecord, ActionStatus

@@ -1,16 +1,17 @@
 """Benchmark: how well offline diagnosis attributes the scenario fixtures, against a naive baseline.
 
 Run: ``.venv/bin/python benchmarks/bench_diagnosis.py [--scenarios tests/scenarios]
-[--heldout tests/scenarios/heldout] [--verbose]``.
+[--heldout tests/scenarios/heldout ...] [--verbose]``.
 
 Two parts are scored separately, never pooled:
 
 * the **developed** part: every directory of ``--scenarios`` with an ``expected.json`` (written
   next to the rules, so it measures fit, not generalisation);
-* the **held-out** part: every directory of ``--heldout`` (default ``<scenarios>/heldout``),
-  modelled on public incident threads, whose answers were written from the thread before medic was
-  run on it; its ``expected.json`` also names the issue-12 ``class`` (``"3-network"``: the leading
-  number is the class), and the figures are given per class too.
+* the **held-out** sets: every directory of each ``--heldout`` (default: every
+  ``<scenarios>/heldout*`` with a ``floor.json``), modelled on public incident threads, whose
+  answers were written from the thread before medic was run on it; its ``expected.json`` also
+  names the issue-12 ``class`` (``"3-network"``: the leading number is the class), and the
+  figures are given per set, per class, and pooled over the sets.
 
 For every scenario it runs ``medic.diagnose.diagnose_directory`` and, on the same files in the same
 run, two baselines:
@@ -38,8 +39,9 @@ medic's developed-part figures are also given over the scenarios the current cat
 read (``needs_catalogue_v2`` false). Aims: exact >= 95 % on the held-out part, domain >= 95 %, node
 precision 100 % (no healthy node implicated), recall >= 95 %, no stop on infrastructure faults. The
 last line printed is one JSON object with every figure: the developed part's under ``medic``,
-``medic_current_catalogue``, ``naive`` and ``always_restart`` (as before), the held-out part's under
-``heldout``.
+``medic_current_catalogue``, ``naive`` and ``always_restart`` (as before), each held-out set's
+under ``heldout_sets`` (by directory name; the first also under ``heldout``), all of them together
+under ``heldout_pooled``.
 """
 
 from __future__ import annotations
@@ -214,42 +216,59 @@ def line(name: str, s: dict[str, Any]) -> str:
     )
 
 
+def heldout_block(root: Path, verbose: bool) -> tuple[dict[str, Any], Part]:
+    """One held-out set's figures: every approach, per class, and the scenarios medic misses."""
+    part = run_part(scenario_dirs(root), "held-out", verbose)
+    classes = sorted({class_of(e) for e, _ in part.rows["medic"]})
+    block = {
+        "path": str(root),
+        **{a: score(part.rows[a], HELDOUT_AIMS) for a in APPROACHES},
+        "per_class": {
+            c: {a: score([(e, o) for e, o in part.rows[a] if class_of(e) == c]) for a in APPROACHES}
+            for c in classes
+        },
+        "medic_wrong": [
+            n
+            for n, (e, o) in zip(part.names, part.rows["medic"], strict=True)
+            if (o.domain, o.action, o.nodes)
+            != (e["domain"], e["action"], frozenset(e["implicated_nodes"]))
+        ],
+    }
+    return block, part
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scenarios", type=Path, default=ROOT / "tests" / "scenarios")
     parser.add_argument(
-        "--heldout", type=Path, default=None, help="held-out part (default: <scenarios>/heldout)"
+        "--heldout",
+        type=Path,
+        action="append",
+        default=None,
+        help="a held-out set, repeatable (default: every <scenarios>/heldout* with a floor.json)",
     )
     parser.add_argument("--verbose", action="store_true", help="one line per scenario")
     args = parser.parse_args(argv)
-    heldout_root = args.heldout if args.heldout is not None else args.scenarios / "heldout"
+    roots = args.heldout or sorted(
+        p for p in args.scenarios.glob("heldout*") if (p / "floor.json").is_file()
+    )
     developed = run_part(scenario_dirs(args.scenarios), "developed", args.verbose)
-    heldout = run_part(scenario_dirs(heldout_root), "held-out", args.verbose)
+    sets = [heldout_block(root, args.verbose) for root in roots]
 
     current = [(e, o) for e, o in developed.rows["medic"] if not e.get("needs_catalogue_v2")]
-    classes = sorted({class_of(e) for e, _ in heldout.rows["medic"]})
-    per_class = {
-        c: {a: score([(e, o) for e, o in heldout.rows[a] if class_of(e) == c]) for a in APPROACHES}
-        for c in classes
-    }
-    lines = developed.lines + heldout.lines
-    seconds = developed.seconds + heldout.seconds
+    lines = developed.lines + sum(part.lines for _, part in sets)
+    seconds = developed.seconds + sum(part.seconds for _, part in sets)
     report: dict[str, Any] = {
         "benchmark": "diagnosis",
         "medic": score(developed.rows["medic"]),
         "medic_current_catalogue": score(current),
         "naive": score(developed.rows["naive"]),
         "always_restart": score(developed.rows["always_restart"]),
-        "heldout": {
-            "path": str(heldout_root),
-            **{a: score(heldout.rows[a], HELDOUT_AIMS) for a in APPROACHES},
-            "per_class": per_class,
-            "medic_wrong": [
-                n
-                for n, (e, o) in zip(heldout.names, heldout.rows["medic"], strict=True)
-                if (o.domain, o.action, o.nodes)
-                != (e["domain"], e["action"], frozenset(e["implicated_nodes"]))
-            ],
+        "heldout": sets[0][0] if sets else None,
+        "heldout_sets": {Path(block["path"]).name: block for block, _ in sets},
+        "heldout_pooled": {
+            a: score([row for _, part in sets for row in part.rows[a]], HELDOUT_AIMS)
+            for a in APPROACHES
         },
         "lines": lines,
         "lines_per_second": round(lines / seconds) if seconds else None,
@@ -264,12 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     print(line("  medic (current catalogue)", report["medic_current_catalogue"]))
     print(line("  naive", report["naive"]))
     print(line("  always restart", report["always_restart"]))
-    print(f"held-out part ({heldout_root}, answers written before running medic)")
-    for approach in APPROACHES:
-        print(line(f"  {approach.replace('_', ' ')}", report["heldout"][approach]))
-    for c in classes:
+    for block, _ in sets:
+        print(f"held-out set {block['path']} (answers written before running medic)")
         for approach in APPROACHES:
-            print(line(f"  class {c} {approach.replace('_', ' ')}", per_class[c][approach]))
+            print(line(f"  {approach.replace('_', ' ')}", block[approach]))
+        for c, figures in block["per_class"].items():
+            for approach in APPROACHES:
+                print(line(f"  class {c} {approach.replace('_', ' ')}", figures[approach]))
+    print("held-out sets pooled")
+    for approach in APPROACHES:
+        print(line(f"  {approach.replace('_', ' ')}", report["heldout_pooled"][approach]))
     print(json.dumps(report, sort_keys=True))
     return 0
 

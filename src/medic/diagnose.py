@@ -24,6 +24,11 @@ How lines are read:
   year: the first ISO date of the directory gives it. Clocks of different sources disagree, so
   the failure window in which stronger evidence wins is wider than the live loop's.
 
+The progress lines are followed as the live loop follows them (:mod:`medic.detect.progress`), so
+a job whose throughput fell below its own baseline for long enough gets the loop's slow-job
+finding, and attribution can name the node whose own lines explain it
+(:mod:`medic.attribute.slowdown`).
+
 Raises :class:`~medic.errors.InputError` for a missing or empty directory, never for content.
 """
 
@@ -38,7 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from medic.attribute import DEFAULT_GPUS_PER_NODE, attribute, recommended_node_action
+from medic.config.settings import DetectSettings
+from medic.detect.catalogue import node_actions
 from medic.detect.matcher import SignatureDiagnoser, strip_rank_prefix
+from medic.detect.progress import ProgressTracker
+from medic.detect.signatures import Signature
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import ClusterName, JobId, NodeName
@@ -91,7 +100,8 @@ class EvidenceLine:
     node: NodeName | None
     file: str
     line: int
-    """1-based line number in ``file``."""
+    """1-based line number in ``file`` (0, and ``file`` empty, for a finding derived from many
+    lines, such as a slow job)."""
     signature: str
     text: str
 
@@ -284,6 +294,7 @@ def diagnose_directory(
         num_nodes=len(nodes),
     )
     now = max((d.time for d in detections), default=datetime(year, 1, 1, tzinfo=UTC))
+    detections += _slowness(detections, now)
     verdict = attribute(
         job,
         0,
@@ -297,13 +308,32 @@ def diagnose_directory(
     return Diagnosis(
         path=str(directory),
         verdict=verdict,
-        node_action=recommended_node_action(verdict),
+        node_action=recommended_node_action(verdict, node_actions(_signatures(engine))),
         evidence=tuple(_locate(d, files) for d in verdict.evidence),
         nodes=job.nodes,
         files=tuple(f.name for f in files),
         lines=seq,
         detections=len(detections),
     )
+
+
+def _signatures(engine: Diagnoser) -> tuple[Signature, ...] | None:
+    """The engine's catalogue when it is a signature matcher (a site's own signatures included),
+    else None (the packaged one)."""
+    return engine.signatures if isinstance(engine, SignatureDiagnoser) else None
+
+
+def _slowness(detections: list[Detection], now: datetime) -> list[Detection]:
+    """The live loop's straggler findings (a slow node by its compute time, a job slower than its
+    own baseline), from the attempt's progress lines in time order, at the end of the logs."""
+    tracker = ProgressTracker(attempt=0)
+    for d in sorted(detections, key=lambda d: (d.time, d.seq)):
+        tracker.observe(d)
+    settings = DetectSettings()
+    found = []
+    while (finding := tracker.check_straggler(now, settings)) is not None:
+        found.append(finding)
+    return found
 
 
 def _silent(files: list[_File]) -> frozenset[NodeName]:
@@ -335,6 +365,8 @@ def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
 
 
 def _locate(d: Detection, files: list[_File]) -> EvidenceLine:
+    if d.seq <= 0:  # a derived finding (a slow job) that no single line says
+        return EvidenceLine(d.node, "", 0, d.signature_id, d.text)
     f = _file_of(d.seq, files, [f.first_seq for f in files])
     line = d.seq - f.first_seq + 1 if d.seq >= f.first_seq else 0
     return EvidenceLine(d.node, f.name, line, d.signature_id, d.text)

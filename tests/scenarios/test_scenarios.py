@@ -7,12 +7,13 @@ Each directory here is one failed (or healthy) attempt: ``<node>.log`` per node 
 - ``node_action`` (optional): the node repair the verdict must call for;
 - ``summary_contains`` (optional): strings the summary must carry (Xid 154's printed action ...).
 
-``heldout/`` holds the held-out part (issue 12): scenarios modelled on public incident threads
-whose answers were written from the thread before medic was run on them. They measure
-generalisation and are not required to pass one by one (``benchmarks/bench_diagnosis.py`` scores
-them); here they must be well formed, and the number medic gets fully right must not fall below
-the floor in ``heldout/floor.json``. That floor is a ratchet: raise it when medic improves, never
-lower it, and never change an expected answer or a rule only to pass a held-out case.
+``heldout/``, ``heldout_b/`` ... hold the held-out sets (issue 12): scenarios modelled on public
+incident threads whose answers were written from the thread before medic was run on them (set B
+by a helper that never read medic's rules). They measure generalisation and are not required to
+pass one by one (``benchmarks/bench_diagnosis.py --heldout DIR`` scores them); here they must be
+well formed, and the number medic gets fully right must not fall below the floor in each set's
+``floor.json``. That floor is a ratchet: raise it when medic improves, never lower it, and never
+change an expected answer or a rule only to pass a held-out case.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ SCENARIOS = sorted(p for p in HERE.iterdir() if (p / "expected.json").is_file())
 DOMAINS = {"hardware", "network", "system_software", "application", "scheduler", "none"}
 ACTIONS = {"restart", "stop", "none"}
 HELDOUT = HERE / "heldout"
-HELDOUT_SCENARIOS = sorted(p for p in HELDOUT.iterdir() if (p / "expected.json").is_file())
+HELDOUT_SETS = sorted(p for p in HERE.glob("heldout*") if (p / "floor.json").is_file())
+HELDOUT_SCENARIOS = sorted(
+    p for s in HELDOUT_SETS for p in s.iterdir() if (p / "expected.json").is_file()
+)
 HELDOUT_KEYS = {
     "description", "class", "domain", "action", "implicated_nodes", "source", "quote", "written",
     "split",
@@ -71,6 +75,9 @@ def test_scenario(path: Path) -> None:
 def _check_evidence(diagnosis: Diagnosis, path: Path) -> None:
     """Every evidence line points at its file and line, verbatim."""
     for e in diagnosis.evidence:
+        if e.line == 0:  # derived from many lines (a slow job): medic's own finding
+            assert e.file == "" and e.signature.startswith("medic."), e
+            continue
         lines = (path / e.file).read_bytes().split(b"\n")
         original = lines[e.line - 1].decode("utf-8", errors="replace").rstrip("\r")
         assert original.startswith(e.text[:200]), (e.file, e.line)
@@ -95,11 +102,18 @@ def _fully_right(path: Path) -> bool:
     ) == set(expected["implicated_nodes"])
 
 
-def test_heldout_part_is_large_and_separate() -> None:
-    assert len(HELDOUT_SCENARIOS) >= 30
-    assert not {p.name for p in HELDOUT_SCENARIOS} & {p.name for p in SCENARIOS}
-    assert HELDOUT not in SCENARIOS
-    classes = {str(_expected(p)["class"]).split("-", 1)[0] for p in HELDOUT_SCENARIOS}
+def _set(directory: Path) -> list[Path]:
+    return [p for p in HELDOUT_SCENARIOS if p.parent == directory]
+
+
+@pytest.mark.parametrize("directory", HELDOUT_SETS, ids=[p.name for p in HELDOUT_SETS])
+def test_heldout_set_is_large_and_separate(directory: Path) -> None:
+    assert HELDOUT in HELDOUT_SETS
+    scenarios = _set(directory)
+    assert len(scenarios) >= 20
+    assert not {p.name for p in scenarios} & {p.name for p in SCENARIOS}
+    assert directory not in SCENARIOS
+    classes = {str(_expected(p)["class"]).split("-", 1)[0] for p in scenarios}
     assert classes == {str(c) for c in range(1, 9)}
 
 
@@ -123,9 +137,12 @@ def test_heldout_fixture_is_well_formed(path: Path) -> None:
         assert expected["node_action"] and expected["implicated_nodes"]
 
 
-def test_heldout_score_does_not_fall_below_the_floor() -> None:
-    floor = json.loads((HELDOUT / "floor.json").read_text(encoding="utf-8"))
-    right = [p.name for p in HELDOUT_SCENARIOS if _fully_right(p)]
+@pytest.mark.parametrize("directory", HELDOUT_SETS, ids=[p.name for p in HELDOUT_SETS])
+def test_heldout_score_does_not_fall_below_the_floor(directory: Path) -> None:
+    floor = json.loads((directory / "floor.json").read_text(encoding="utf-8"))
+    scenarios = _set(directory)
+    right = [p.name for p in scenarios if _fully_right(p)]
+    assert floor["scenarios"] == len(scenarios)
     assert len(right) >= floor["fully_right"], right
 
 

@@ -127,6 +127,18 @@ def node_failures(
     ]
 
 
+_TEARDOWN_SIGNAL = SignatureId("torchelastic.signal_exception")
+
+
+def _torn_down(d: Detection, detections: Sequence[Detection]) -> bool:
+    """True when ``d`` came after its node's launcher received a termination signal: a line of
+    the tear-down (the scheduler's signal reached the node first), not a fault before it."""
+    return any(
+        s.signature_id == _TEARDOWN_SIGNAL and s.node == d.node and order(s) <= order(d)
+        for s in detections
+    )
+
+
 def _established(app_roots: Sequence[Detection], run: AttemptEvents) -> list[Detection] | None:
     """The deciding detections of a deterministic application error, or None.
 
@@ -348,6 +360,7 @@ def attribute(
         earlier = [
             d for d in run.implicating
             if d.role is Role.ROOT and first is not None and order(d) < order(first)
+            and not _torn_down(d, run.all)
         ]  # fmt: skip
         if fact.action is JobAction.NONE or not earlier:
             return scheduler_verdict(job, attempt, fact, len(run.cascades), now)

@@ -15,8 +15,10 @@ Then the context rules rewrite or add detections: launch failures of a minority 
 implicate them (:mod:`medic.attribute.launch`), the attempt's Xids are reinterpreted in context
 (:mod:`medic.attribute.xid`), peers' errors pointing at one node implicate it and the same fault
 on many nodes implicates none (:mod:`medic.attribute.network`), and per-rank reports name a
-straggler or a dead process (:mod:`medic.attribute.reports`). Implicated nodes outside the first
-NVLink domain to fail are victims (:mod:`medic.attribute.fate`).
+straggler or a dead process (:mod:`medic.attribute.reports`), and a slow job names a node with
+its own slowdown evidence (:mod:`medic.attribute.slowdown`). Implicated nodes outside the first
+NVLink domain to fail, and the healthy ends of the NVLink links of a node that lost its GPU, are
+victims (:mod:`medic.attribute.fate`).
 
 Pure: no I/O, no clock reads.
 """
@@ -28,10 +30,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from medic.attribute.fate import fate_victims
+from medic.attribute.fate import fate_victims, link_victims
 from medic.attribute.launch import launch_failures
 from medic.attribute.network import apply_network_rules
 from medic.attribute.reports import apply_report_rules
+from medic.attribute.slowdown import apply_slowdown_rules
 from medic.attribute.xid import apply_xid_rules
 from medic.domain.cluster import Job
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
@@ -151,7 +154,8 @@ class AttemptEvents:
         def rank_node(rank: int) -> NodeName | None:
             return node_of_rank(rank, job.nodes, gpus_per_node=gpus_per_node, rank_nodes=rank_nodes)
 
-        own = sorted(apply_report_rules(contextual, job.nodes, rank_node), key=order)
+        reported = apply_report_rules(link_victims(contextual), job.nodes, rank_node)
+        own = sorted(apply_slowdown_rules(reported, job.nodes), key=order)
         self.all = own
         """Every detection of the attempt, context rules applied, in order (noise included)."""
         self.nodes = tuple(job.nodes)

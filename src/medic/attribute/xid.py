@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity, Verdict
@@ -278,12 +278,15 @@ def _rank(action: str | None) -> int:
     return NODE_ACTIONS.index(action) if action in NODE_ACTIONS else -1
 
 
-def recommended_node_action(verdict: Verdict) -> str | None:
+def recommended_node_action(
+    verdict: Verdict, signature_actions: Mapping[str, str] | None = None
+) -> str | None:
     """The node repair the verdict calls for on its implicated nodes, or None (nobody implicated).
 
     Xid 154's printed action wins; otherwise the heaviest action of the implicating evidence (its
-    ``node_action`` field where the catalogue or these rules set one, else the static table by
-    Xid code); ``escalate`` for implicating evidence without a known action.
+    ``node_action`` field where these rules set one, else its signature's ``node_action`` from
+    ``signature_actions`` (signature id -> the catalogue's action), else the static table by Xid
+    code); ``escalate`` for implicating evidence without a known action.
     """
     if not verdict.implicated_nodes:
         return None
@@ -296,7 +299,11 @@ def recommended_node_action(verdict: Verdict) -> str | None:
     known: list[str] = []
     for d in evidence:
         code = xid_code(d)
-        action = d.fields.get("node_action") or (_CODE_ACTIONS.get(code) if code else None)
+        action = (
+            d.fields.get("node_action")
+            or (signature_actions or {}).get(d.fields.get("cause", d.signature_id))
+            or (_CODE_ACTIONS.get(code) if code else None)
+        )
         if action is None and code is not None:
             action = "escalate"  # an unknown code: NVSentinel's default too (CONTACT_SUPPORT)
         if action is not None:

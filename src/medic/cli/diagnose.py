@@ -55,7 +55,8 @@ def render(diagnosis: Diagnosis, console: Console) -> None:
     for e in diagnosis.evidence:
         text = " ".join(e.text.split())
         text = text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 1] + "…"
-        table.add_row(f"{e.file}:{e.line}", e.node or "-", e.signature, escape(text))
+        where = f"{e.file}:{e.line}" if e.line else "(derived)"
+        table.add_row(where, e.node or "-", e.signature, escape(text))
     console.print(table)
 
 

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from medic.attribute import attribute, recommended_node_action
 from medic.config.settings import Settings
+from medic.detect.catalogue import node_actions, site_catalogue
 from medic.diagnose import Diagnosis, EvidenceLine
 from medic.domain.diagnosis import Verdict
 from medic.domain.ids import ClusterName, JobId
@@ -77,7 +78,9 @@ def diagnose_stored(
     diagnosis = Diagnosis(
         path=f"job {job.id} attempt {number} (cluster {name})",
         verdict=verdict,
-        node_action=recommended_node_action(verdict),
+        node_action=recommended_node_action(
+            verdict, node_actions(site_catalogue(settings.detect.extra_signature_files))
+        ),
         evidence=lines,
         nodes=job.nodes,
         files=("store",),

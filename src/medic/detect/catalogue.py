@@ -39,7 +39,14 @@ from medic.detect.patterns import MAX_MATCH_CHARS, compile_pattern, strip_rank_p
 from medic.detect.signatures import Signature
 from medic.errors import ConfigError
 
-__all__ = ["SITE_SETTING", "default_catalogue", "load_catalogue", "main", "site_catalogue"]
+__all__ = [
+    "SITE_SETTING",
+    "default_catalogue",
+    "load_catalogue",
+    "main",
+    "node_actions",
+    "site_catalogue",
+]
 
 SITE_SETTING = "detect.extra_signature_files"
 """The setting that names a site's own catalogue files."""
@@ -182,6 +189,17 @@ def _check_winners(
 def default_catalogue() -> tuple[Signature, ...]:
     """The packaged catalogue, loaded and validated once per process (about a second)."""
     return load_catalogue()
+
+
+def node_actions(signatures: Sequence[Signature] | None = None) -> dict[str, str]:
+    """Signature id -> the node repair its line calls for (``node_action``; none left out), for
+    :func:`medic.attribute.recommended_node_action`. Default: the packaged catalogue."""
+    chosen = default_catalogue() if signatures is None else signatures
+    return {
+        s.id: s.node_action.value
+        for s in chosen
+        if s.node_action is not None and s.node_action.value != "none"
+    }
 
 
 def load_catalogue(

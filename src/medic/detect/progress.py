@@ -42,9 +42,10 @@ def _int(value: str | None) -> int | None:
 
 
 def _float(value: str | None) -> float | None:
-    """A finite float, or None (absent, malformed, inf or nan are not measurements)."""
+    """A finite float, or None (absent, malformed, inf or nan are not measurements). Thousands
+    separators are dropped (torchtitan prints ``tps: 6,253``)."""
     try:
-        number = float(value) if value is not None else None
+        number = float(value.replace(",", "")) if value is not None else None
     except ValueError:
         return None
     return number if number is not None and math.isfinite(number) else None

@@ -1,0 +1,123 @@
+"""Round 3 of the issue-12 rules, one by one on hand-made detections: a slow job names a node
+only with its own slowdown line (rule 6), the healthy ends of a lost GPU's NVLink links are its
+cascade (rule 7), lines after torchrun's termination signal are tear-down (rule 8), and a
+verdict's node repair comes from its signature's catalogue entry."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from tests.unit.attribute.test_general_rules import JOB, NODES, det, noise, verdict
+
+from medic.attribute import recommended_node_action
+from medic.attribute.fate import link_victims
+from medic.attribute.slowdown import SLOW_JOB_SIGNATURE_ID, apply_slowdown_rules
+from medic.detect.catalogue import node_actions
+from medic.domain.cluster import JobState
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
+
+RUNNING = replace(JOB, state=JobState.RUNNING)
+
+
+def slow_job(at: float, slow_s: float) -> Detection:
+    return det(
+        SLOW_JOB_SIGNATURE_ID, None, Role.ROOT, at=at, action=JobAction.NONE,
+        fields={"slow_s": str(slow_s)},
+    )  # fmt: skip
+
+
+def throttle(node: str, at: float) -> Detection:
+    return det(
+        "kernel.thermal_throttle", node, Role.CONFIRMATION, at=at, domain=FaultDomain.HARDWARE,
+        action=JobAction.NONE, fields={"effect": "slowdown"},
+    )  # fmt: skip
+
+
+# --- 6. a slow job names a node only with its own evidence ------------------------------------
+def test_a_slow_job_names_the_node_whose_own_line_explains_it() -> None:
+    v = verdict([slow_job(900, 600), throttle("node002", 320)], job=RUNNING)
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.HARDWARE,
+        JobAction.NONE,
+        {"node002"},
+    )
+    assert v.root_signature == "medic.straggler.slow_node"
+
+
+def test_a_slowdown_line_long_before_the_slowness_names_nobody() -> None:
+    # The job slowed down at 300 s; a throttle at 0 s (more than LEAD_SECONDS before) is old news.
+    v = verdict([slow_job(900, 600), throttle("node002", 0)], job=RUNNING)
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.SYSTEM_SOFTWARE,
+        JobAction.NONE,
+        frozenset(),
+    )
+
+
+def test_slowdown_lines_without_a_slow_job_or_on_most_nodes_name_nobody() -> None:
+    alone = [throttle("node002", 10)]
+    assert apply_slowdown_rules(alone, NODES) == alone
+    everywhere = [slow_job(900, 600), *(throttle(n, 400) for n in NODES[:3])]
+    assert apply_slowdown_rules(everywhere, NODES) == everywhere
+    assert verdict(everywhere, job=RUNNING).implicated_nodes == frozenset()
+
+
+# --- 7. the healthy ends of a lost GPU's links --------------------------------------------------
+def _domain(*nodes: str) -> list[Detection]:
+    return [noise("nccl.mnnvl_clique", n, fabric="aa.bb", clique="0x1") for n in nodes]
+
+
+def _hw(sid: str, node: str, at: float) -> Detection:
+    return det(sid, node, Role.ROOT, domain=FaultDomain.HARDWARE, implicates_node=True, at=at)
+
+
+def test_domain_mates_nvlink_errors_after_a_gpu_loss_are_its_cascade() -> None:
+    lost = _hw("xid.fallen_off_bus", "node002", 10)
+    ends = [_hw("xid.74", "node001", 11), _hw("xid.149", "node003", 12)]
+    v = verdict([*_domain(*NODES), lost, *ends])
+    assert v.implicated_nodes == {"node002"}
+    rewritten = link_victims([*_domain(*NODES), lost, *ends])
+    assert {d.fields.get("victim_of") for d in rewritten if d.signature_id != "xid.fallen_off_bus"
+            and d.role is Role.CASCADE} == {"node002"}  # fmt: skip
+
+
+def test_nvlink_errors_before_the_loss_or_outside_its_domain_stay_evidence() -> None:
+    lost = _hw("xid.fallen_off_bus", "node002", 10)
+    before = _hw("xid.74", "node001", 5)
+    assert verdict([*_domain(*NODES), lost, before]).implicated_nodes == {"node001", "node002"}
+    # No MNNVL lines: an NVLink error is the node's own (its links stay inside it).
+    after = _hw("xid.74", "node001", 11)
+    assert verdict([lost, after]).implicated_nodes == {"node001", "node002"}
+    # Another domain: its links never reached the lost GPU (the fate rule then makes node001,
+    # whose domain failed second, a victim of node002's domain, which failed first).
+    other = [noise("nccl.mnnvl_clique", "node001", fabric="cc.dd", clique="0x1")]
+    rewritten = link_victims([*other, *_domain("node002"), lost, after])
+    assert all(d.role is Role.ROOT for d in rewritten if d.signature_id == "xid.74")
+
+
+# --- 8. tear-down after the launcher's termination signal ---------------------------------------
+def test_a_node_fault_after_its_launchers_termination_signal_is_tear_down() -> None:
+    limit = det("slurm.time_limit", None, Role.ROOT, domain=FaultDomain.SCHEDULER, at=100)
+    # All three at the same second; the node's own lines come first in their file.
+    signal = replace(noise("torchelastic.signal_exception", "node003"), time=limit.time, seq=1)
+    fault = replace(_hw("cuda.nvlink_uncorrectable", "node003", 100), seq=2)
+    v = verdict([replace(limit, seq=9), signal, fault])
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.SCHEDULER,
+        JobAction.RESTART,
+        frozenset(),
+    )
+    # Without the signal, the same fault before the banner is evidence against its node.
+    early = replace(fault, time=fault.time - timedelta(seconds=30))
+    assert verdict([limit, early]).implicated_nodes == {"node003"}
+
+
+# --- node repair from the catalogue ---------------------------------------------------------------
+def test_the_verdicts_node_repair_comes_from_its_signature() -> None:
+    v = verdict([_hw("nccl.nvls_bind_failed", "node002", 10)])
+    assert recommended_node_action(v) == "escalate"  # without the catalogue: nothing known
+    assert recommended_node_action(v, node_actions()) == "reboot"
+    slow = verdict([slow_job(900, 600), throttle("node002", 320)], job=RUNNING)
+    # The straggler's repair is its cause's (kernel.thermal_throttle has none: escalate).
+    assert recommended_node_action(slow, node_actions()) == "escalate"

@@ -12,9 +12,10 @@ How lines are read:
 - A node file's lines are that node's. A ``job.out`` line is placed on the host it names (NCCL's
   ``host:pid:tid [gpu]`` prefix, a syslog ``host kernel:`` prefix, srun's ``srun: error: host:``)
   or, with a rank prefix (``[rankN]:``, srun's ``N:``, ...: ``strip_rank_prefix``), on the node
-  that runs the rank: the ranks each node file shows first, else the default layout (``rank //
-  gpus_per_node`` indexes the node list, sorted with numbers compared as numbers, so ``node2``
-  sorts before ``node10``).
+  that runs the rank: the ranks each node file shows first, then NCCL's communicator init lines
+  (``comm 0x... rank 21 nranks 32 ...`` on a node: its global ranks), else the default layout
+  (``rank // gpus_per_node`` indexes the node list, sorted with numbers compared as numbers, so
+  ``node2`` sorts before ``node10``).
 - Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
   syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
   prefix.
@@ -70,6 +71,9 @@ OFFLINE_WINDOW_SECONDS = 300.0
 of a post-mortem disagree by more than the loop's read delay."""
 
 _BATCH = 20_000
+_NCCL_INIT = re.compile(
+    r"NCCL INFO comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7}) "
+)
 _UNTIMED = datetime.min.replace(tzinfo=UTC)
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, 1)}
@@ -260,6 +264,7 @@ def diagnose_directory(
     detections: list[Detection] = []
     seen_ranks: dict[int, NodeName] = {}
     hosts: set[NodeName] = set()
+    communicators: set[tuple[int, int, NodeName]] = set()
     seq = 0
     for f in files:
         f.first_seq = seq + 1
@@ -277,12 +282,16 @@ def diagnose_directory(
                 seen_ranks.setdefault(line.rank, f.node)
             elif line.node is not None:
                 hosts.add(line.node)
+            host = f.node or line.node
+            if host is not None and " nranks " in text and (init := _NCCL_INIT.search(text)):
+                communicators.add((int(init["rank"]), int(init["nranks"]), host))
             batch.append(line)
             if len(batch) >= _BATCH:
                 detections += engine.scan(batch)
                 batch = []
         detections += engine.scan(batch)
     nodes = sorted(node_files or hosts, key=natural_key)
+    seen_ranks = {**_world_ranks(communicators), **seen_ranks}
     detections = _timed(detections, files)
     job = Job(
         id=JobId(directory.resolve().name or str(directory)),
@@ -315,6 +324,19 @@ def diagnose_directory(
         lines=seq,
         detections=len(detections),
     )
+
+
+def _world_ranks(communicators: set[tuple[int, int, NodeName]]) -> dict[int, NodeName]:
+    """Global rank -> node from NCCL's communicator init lines (``comm 0x... rank 21 nranks 32
+    cudaDev 5 ... Init COMPLETE``). Only the largest communicator's ranks are global ranks (a
+    tensor- or pipeline-parallel group numbers its ranks from 0); a rank claimed by two nodes
+    says nothing."""
+    world = max((size for _, size, _ in communicators), default=0)
+    found: dict[int, set[NodeName]] = {}
+    for rank, size, node in communicators:
+        if size == world:
+            found.setdefault(rank, set()).add(node)
+    return {rank: next(iter(nodes)) for rank, nodes in found.items() if len(nodes) == 1}
 
 
 def _signatures(engine: Diagnoser) -> tuple[Signature, ...] | None:

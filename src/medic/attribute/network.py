@@ -8,11 +8,14 @@ Two context rules over an attempt's placed detections, applied before attributio
   every reporting node but one point at that one node T: T is behind them, and a derived root
   (:data:`PEER_ADDRESS_SIGNATURE_ID`, network, implicating T, quoting the first such report) is
   added. At least two reporters are needed (one, in a job where T itself reported nothing), and
-  T must not have raised an application error or crashed itself (a dead process also fails its
-  peers' queue pairs: that is a cascade of T's own crash, not T's network), nor have evidence of
-  its own (then that evidence names it, and says more).
+  T must not have crashed itself (an application error, or a hardware or system-software root
+  that does not implicate it, such as a contained Xid 94: a dead process also fails its peers'
+  queue pairs, so that is a cascade of T's own crash, not T's network), nor have evidence of its
+  own (then that evidence names it, and says more).
 - **Peers of a node with its own fault are its victims.** When peers' completion errors point at
-  a node T that has hardware or system-software evidence of its own (an Xid, a GPU off the bus),
+  a node T that has hardware, system-software or scheduler evidence of its own (an Xid, a GPU
+  off the bus, Slurm's node failure) or crashed on its own (an application error, a contained
+  Xid 94),
   those errors are T's cascade, not roots: they neither make the verdict a network one nor
   implicate the peers. NCCL's WARN lines carry no time of their own (they take the last stamp
   before them in their file, often the launch's), so time alone cannot order them after T's
@@ -57,7 +60,9 @@ _PEER_ERRORS = frozenset(
     }
 )
 _SYSTEMIC_DOMAINS = frozenset({FaultDomain.NETWORK, FaultDomain.SYSTEM_SOFTWARE})
-_OWN_CRASH_DOMAINS = frozenset({FaultDomain.APPLICATION})
+_OWN_CRASH_DOMAINS = frozenset(
+    {FaultDomain.APPLICATION, FaultDomain.HARDWARE, FaultDomain.SYSTEM_SOFTWARE}
+)
 
 
 def systemic_nodes(
@@ -97,21 +102,25 @@ def _peer_target(
     return None
 
 
-_OWN_FAULT_DOMAINS = frozenset({FaultDomain.HARDWARE, FaultDomain.SYSTEM_SOFTWARE})
+_OWN_FAULT_DOMAINS = frozenset(
+    {FaultDomain.HARDWARE, FaultDomain.SYSTEM_SOFTWARE, FaultDomain.SCHEDULER}
+)
 
 
 def _victims_of_own_faults(
     detections: Sequence[Detection], nodes: Sequence[NodeName]
 ) -> list[Detection]:
-    """Peers' completion errors pointing at a node with its own hardware/system-software root
-    rewritten to cascades of it (see the module docstring)."""
+    """Peers' completion errors pointing at a node with its own root (evidence against it, or a
+    crash of its own) rewritten to cascades of it (see the module docstring)."""
     faulty = {
         d.node
         for d in detections
-        if d.implicates_node
-        and d.node is not None
+        if d.node is not None
         and d.role is Role.ROOT
-        and d.domain in _OWN_FAULT_DOMAINS
+        and (
+            (d.implicates_node and d.domain in _OWN_FAULT_DOMAINS)
+            or (d.action in (JobAction.RESTART, JobAction.STOP) and d.domain in _OWN_CRASH_DOMAINS)
+        )
     }
     if not faulty:
         return list(detections)

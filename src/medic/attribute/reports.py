@@ -4,8 +4,10 @@ Per-rank reports name a node only when they say which rank is behind:
 
 - **Megatron-LM's straggler detector** (``| MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 4468.20ms/0 |``):
   the rank with the longest round-trip time of the traced kernels is the slow one when its time
-  exceeds the fastest rank's by more than :data:`SLOW_RATIO` in at least :data:`MIN_REPORTS`
-  reports (most of them, with that same rank).
+  exceeds the fastest rank's by more than :data:`SLOW_RATIO`, or when it is also the report's
+  lowest-clocked GPU at least :data:`CLOCK_DROP` below the fastest clock (``MnClk/Rnk:
+  1395MHz/21``: a throttled GPU), in at least :data:`MIN_REPORTS` reports (most of them, with
+  that same rank).
 - **NVRx straggler detection** (``Rank=3 Node=node002 Score=0.41``): a rank whose relative or
   individual score is below :data:`SCORE_THRESHOLD` (NVRx's own default) is slow; its node is
   named when the slow ranks sit on a strict minority of the reported nodes.
@@ -35,6 +37,7 @@ from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Seve
 from medic.domain.ids import NodeName, SignatureId
 
 __all__ = [
+    "CLOCK_DROP",
     "DEAD_PROCESS_SIGNATURE_ID",
     "MIN_REPORTS",
     "SCORE_THRESHOLD",
@@ -51,6 +54,8 @@ MIN_REPORTS = 2
 """Reports that must name the same slow rank."""
 SCORE_THRESHOLD = 0.7
 """NVRx's default relative/individual performance threshold."""
+CLOCK_DROP = 0.1
+"""How far below the fastest GPU's clock the slowest rank's must be to call it throttled."""
 
 _MEGATRON = "megatron.straggler_report"
 _NVRX = "nvrx.rank_score"
@@ -59,6 +64,8 @@ _RAS_RANK = "nccl.ras_rank"
 _RAS_DEAD = "nccl.ras_dead_process"
 _RTT = re.compile(r"MnRtt/Rnk: (?P<mn>[0-9.]{1,15})ms/(?P<mnr>\d{1,7}) \| MxRtt/Rnk: "
                   r"(?P<mx>[0-9.]{1,15})ms/(?P<mxr>\d{1,7})")  # fmt: skip
+_CLK = re.compile(r"MnClk/Rnk: (?P<mn>\d{1,6})MHz/(?P<mnr>\d{1,7}) \| MxClk/Rnk: "
+                  r"(?P<mx>\d{1,6})MHz/")  # fmt: skip
 _COUNT = re.compile(r"(?P<n>\d{1,7}) ranks? ha(?:s|ve) launched up to operation (?P<op>\d{1,15})")
 
 
@@ -77,6 +84,15 @@ def _slow(first: Detection, node: NodeName, text: str) -> Detection:
     )
 
 
+def _throttled(text: str, rank: int) -> bool:
+    """True when the report's slowest rank is also its lowest-clocked GPU, clocked at least
+    :data:`CLOCK_DROP` below the fastest (a throttled GPU: slow, whatever the time ratio)."""
+    m = _CLK.search(text)
+    if m is None or int(m.group("mnr")) != rank:
+        return False
+    return int(m.group("mn")) <= (1.0 - CLOCK_DROP) * int(m.group("mx"))
+
+
 def _megatron(
     detections: Sequence[Detection], rank_node: Callable[[int], NodeName | None]
 ) -> list[Detection]:
@@ -88,7 +104,7 @@ def _megatron(
     first: dict[int, Detection] = {}
     for d, m in reports:
         mn, mx = float(m.group("mn")), float(m.group("mx"))
-        if mn > 0 and mx / mn >= SLOW_RATIO:
+        if (mn > 0 and mx / mn >= SLOW_RATIO) or _throttled(d.text, int(m.group("mxr"))):
             rank = int(m.group("mxr"))
             slow[rank] += 1
             first.setdefault(rank, d)

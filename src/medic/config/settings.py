@@ -114,6 +114,8 @@ DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
     "python.import_error",
     "python.file_not_found",
     "python.checkpoint_not_found",
+    "hf.path_not_found",
+    "cuda.invalid_device_ordinal",
     "python.argparse_error",
     "python.env_var_missing",
     "nccl.loopback_interface",

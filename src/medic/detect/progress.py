@@ -66,6 +66,7 @@ class ProgressTracker:
         self._intervals: deque[float] = deque(maxlen=_INTERVALS_KEPT)
         self._throughput = ThroughputWatch()
         self._metric: str | None = None
+        self._rate_from: tuple[datetime, int] | None = None
         self._compute: dict[NodeName, deque[float]] = {}
         self._node_slow_since: dict[NodeName, datetime] = {}
         self._reported: set[str] = set()
@@ -99,12 +100,28 @@ class ProgressTracker:
         tokens = _float(detection.fields.get("tokens_per_s"))
         iter_ms = _float(detection.fields.get("iter_ms"))
         if self._metric is None:
-            self._metric = "tokens" if tokens is not None else "iter_ms"
-        # One metric per attempt: tokens/s when the first iteration line had it, else 1/iter time.
+            self._metric = (
+                "tokens" if tokens is not None else "iter_ms" if iter_ms is not None else "steps"
+            )
+        # One metric per attempt: tokens/s when the first iteration line had it, else 1/iter time,
+        # else the step rate between lines (a framework that prints only its step number).
         if self._metric == "tokens" and tokens is not None:
             self._throughput.add(detection.time, tokens)
         elif self._metric == "iter_ms" and iter_ms is not None and iter_ms > 0.0:
             self._throughput.add(detection.time, 1000.0 / iter_ms)
+        elif self._metric == "steps":
+            self._observe_step_rate(detection.time, step)
+
+    def _observe_step_rate(self, time: datetime, step: int) -> None:
+        previous = self._rate_from
+        if previous is None or step <= previous[1] or time < previous[0]:
+            self._rate_from = (time, step) if previous is None or step > previous[1] else previous
+            return
+        seconds = (time - previous[0]).total_seconds()
+        if seconds <= 0.0:
+            return  # read in the same pass: wait for a line with a later time
+        self._throughput.add(time, (step - previous[1]) / seconds)
+        self._rate_from = (time, step)
 
     def _observe_compute(self, detection: Detection) -> None:
         compute_ms = _float(detection.fields.get("compute_ms"))

@@ -263,6 +263,31 @@ def test_iteration_lines_without_a_usable_metric_are_not_samples() -> None:
     assert tracker.check_straggler(at(100.0), SETTINGS) is None
 
 
+def test_slow_job_by_step_rate_when_lines_carry_no_timing() -> None:
+    # A framework that prints only "step N | loss x": the rate between lines is the measure.
+    tracker = ProgressTracker(JOB, 0)
+    t, step = 0.0, 0
+    for k in range(80):
+        every = 10.0 if k < 30 else 16.0  # 10 steps every 10 s, then every 16 s
+        step += 10
+        tracker.observe(progress_detection(t, {"step": str(step)}))
+        tracker.observe(progress_detection(t, {"step": str(step)}, node="node002"))  # same step
+        t += every
+    found = tracker.check_straggler(at(t), SETTINGS)
+    assert found is not None and found.fields["unit"] == "iterations/s"
+    assert float(found.fields["baseline"]) == pytest.approx(1.0)
+    assert float(found.fields["current"]) == pytest.approx(10 / 16)
+
+
+def test_tokens_with_thousands_separators_are_numbers() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    for step in range(1, 101):
+        tokens = "7,512" if step <= 30 else "4,903"
+        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "tokens_per_s": tokens}))
+    found = tracker.check_straggler(at(101.0), SETTINGS)
+    assert found is not None and float(found.fields["baseline"]) == pytest.approx(7512)
+
+
 def test_throughput_watch_ignores_nonsense() -> None:
     watch = ThroughputWatch()
     watch.add(T0, 0.0)

@@ -1,14 +1,25 @@
-"""Round 3 of the issue-12 rules, one by one on hand-made detections: a slow job names a node
-only with its own slowdown line (rule 6), the healthy ends of a lost GPU's NVLink links are its
-cascade (rule 7), lines after torchrun's termination signal are tear-down (rule 8), and a
-verdict's node repair comes from its signature's catalogue entry."""
+"""Rounds 3 and 4 of the issue-12 rules, one by one on hand-made detections: a hung task names
+its node, a minority's invalid device ordinal is theirs and everyone's is the job's (rules 2, 4),
+peers' errors pointing at a node that crashed or failed on its own are its cascade (rules 3, 5,
+8), a slow job names a node only with its own slowdown line and Megatron's report names a
+throttled GPU (rule 6), the healthy ends of a lost GPU's NVLink links are its cascade (rule 7),
+lines after torchrun's termination signal are tear-down (rule 8), and a verdict's node repair
+comes from its signature's catalogue entry."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
 
-from tests.unit.attribute.test_general_rules import JOB, NODES, det, noise, verdict
+from tests.unit.attribute.test_general_rules import (
+    JOB,
+    NODES,
+    bootstrap,
+    completion,
+    det,
+    noise,
+    verdict,
+)
 
 from medic.attribute import recommended_node_action
 from medic.attribute.fate import link_victims
@@ -121,3 +132,75 @@ def test_the_verdicts_node_repair_comes_from_its_signature() -> None:
     slow = verdict([slow_job(900, 600), throttle("node002", 320)], job=RUNNING)
     # The straggler's repair is its cause's (kernel.thermal_throttle has none: escalate).
     assert recommended_node_action(slow, node_actions()) == "escalate"
+
+
+# --- round 4 ---------------------------------------------------------------------------------
+def _hung(node: str) -> Detection:
+    return det("kernel.hung_task", node, Role.CONFIRMATION, implicates_node=True, at=30)
+
+
+def test_a_hung_task_names_its_node_unless_every_node_hangs() -> None:
+    timeouts = [det("nccl.watchdog_timeout", n, at=700) for n in NODES]
+    assert verdict([_hung("node004"), *timeouts]).implicated_nodes == {"node004"}
+    assert verdict([*(_hung(n) for n in NODES), *timeouts]).implicated_nodes == frozenset()
+
+
+def _ordinal(node: str, rank: int) -> Detection:
+    return det(
+        "cuda.invalid_device_ordinal", node, Role.ROOT, domain=FaultDomain.APPLICATION, rank=rank,
+        fields={"exception": "RuntimeError", "message": "CUDA error: invalid device ordinal"},
+    )  # fmt: skip
+
+
+def test_invalid_device_ordinal_on_every_node_stops_and_on_one_names_it() -> None:
+    everywhere = [_ordinal(n, i * 8 + 7) for i, n in enumerate(NODES)]
+    v = verdict(everywhere)
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.APPLICATION,
+        JobAction.STOP,
+        frozenset(),
+    )
+    v = verdict([_ordinal("node003", 23)])
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.SYSTEM_SOFTWARE,
+        JobAction.RESTART,
+        {"node003"},
+    )
+
+
+def test_peers_pointing_at_a_node_that_failed_on_its_own_are_its_cascade() -> None:
+    # A contained Xid 94 on node002 (not evidence against it), the peers' errors point at it.
+    contained = det(
+        "xid.94", "node002", Role.ROOT, domain=FaultDomain.HARDWARE, at=10,
+        fields={"xid": "94"}, text="NVRM: Xid (PCI:0000:9b:00): 94, pid=1, Contained: SM",
+    )  # fmt: skip
+    peers = [completion(n, "10.0.1.10", at=0) for n in ("node001", "node003", "node004")]
+    base = [bootstrap(i) for i in range(4)]
+    v = verdict([*base, contained, *peers])
+    assert (v.domain, v.implicated_nodes) == (FaultDomain.HARDWARE, frozenset())
+    # Slurm's node failure on node002: the scheduler's verdict on node002, not its network.
+    failed = det(
+        "slurm.node_failure", None, Role.ROOT, domain=FaultDomain.SCHEDULER, at=300,
+        implicates_node=True, fields={"node": "node002"},
+    )  # fmt: skip
+    v = verdict([*base, failed, *peers])
+    assert (v.domain, v.implicated_nodes) == (FaultDomain.SCHEDULER, {"node002"})
+
+
+def _report(k: int, mxr: int, clock: int, clock_rank: int) -> Detection:
+    text = (
+        f"[2026-03-20 09:{10 + k}:00] | MnRtt/Rnk: 3449.00ms/0 | MxRtt/Rnk: 3630.00ms/{mxr} |"
+        f" MnClk/Rnk: {clock}MHz/{clock_rank} | MxClk/Rnk: 1980MHz/0 |"
+    )
+    return det(
+        "megatron.straggler_report", "node001", Role.NOISE, domain=FaultDomain.NONE,
+        action=JobAction.NONE, at=60 * k, text=text,
+    )  # fmt: skip
+
+
+def test_megatron_names_a_throttled_gpu_even_when_only_a_little_slow() -> None:
+    throttled = [_report(k, 21, 1485, 21) for k in range(4)]
+    assert verdict(throttled, job=RUNNING).implicated_nodes == {"node003"}
+    # 5% slower, its clock no lower than its peers': noise, nobody named.
+    fine = [_report(k, 21, 1950, 7) for k in range(4)]
+    assert verdict(fine, job=RUNNING).implicated_nodes == frozenset()

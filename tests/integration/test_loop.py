@@ -869,3 +869,27 @@ def test_a_fatal_fault_after_a_straggler_flag_is_decided_on_its_own_evidence(
     state = h.job(job)
     assert state.restart_count == 1 and state.state is JobState.RUNNING
     assert not {slow, bad} & set(state.nodes)
+
+
+def test_a_fatal_fault_after_a_job_level_slowdown_is_decided_on_its_own_evidence(
+    make_harness: MakeHarness,
+) -> None:
+    # A one-node job that slows down has no peer to compare its node with: the slowdown is a
+    # job-level observation that names nobody and advises nothing. A crash later in the same
+    # attempt is recovered on its own evidence.
+    h = make_harness(mode=Mode.ACT, detect=DetectSettings(straggler_seconds=20.0))
+    job = h.submit("train-a", num_nodes=1)
+    h.run(20)
+    h.inject(FaultKind.STRAGGLER, job)
+    h.run_until(
+        lambda: any(d.signature_id == "medic.straggler.slow_job" for d in h.detections(job, 0)),
+        within=120,
+    )
+    h.run(5)
+    assert h.advice(job) is None
+    bad = h.inject(XID, job).node
+    h.run(20)
+    advice = _advice(h, job)
+    assert (advice.attempt, advice.action) == (0, AdviceAction.REQUEUE), advice.reason
+    assert advice.exclude_nodes == {bad}
+    assert [v.root_signature for v in h.verdicts(job)] == ["xid.fallen_off_bus"]

@@ -6,7 +6,9 @@ logs say which NVLink domain each node is in (NCCL's MNNVL line, :mod:`medic.att
 
 - **The first domain is the root.** When the implicating evidence spans several domains, the
   domain whose first implicating line is earliest is the root; the other domains' nodes are
-  victims and are not implicated. A node whose domain is not known is its own domain.
+  victims and are not implicated. The nodes whose domain is not known count as one domain (a
+  domain whose fabric failed at init may print no MNNVL line at all): they are never victims of
+  one another.
 - **The healthy ends of a lost GPU's links.** When a node loses a GPU (it falls off the bus, its
   GSP stops answering: :data:`GPU_LOSS`), the NVLink links to it go down, and its domain-mates'
   drivers report their ends (Xid 74, the NVLink5 Xids 144-150, CUDA's uncorrectable NVLink
@@ -78,6 +80,11 @@ def link_victims(detections: Sequence[Detection]) -> list[Detection]:
     return result
 
 
+_UNKNOWN = "unknown"
+"""The nodes that printed no MNNVL line, together: a domain whose fabric failed before NCCL
+could describe it prints none, and its nodes' faults must not make victims of each other."""
+
+
 def fate_victims(
     detections: Sequence[Detection], implicating: Sequence[Detection]
 ) -> frozenset[NodeName]:
@@ -90,7 +97,7 @@ def fate_victims(
     for d in implicating:
         if d.node is None:
             continue
-        key = domains.get(d.node, f"node:{d.node}")
+        key = domains.get(d.node, _UNKNOWN)
         when = (d.time.timestamp(), d.seq)
         if key not in first or when < first[key]:
             first[key] = when

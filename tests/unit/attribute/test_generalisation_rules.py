@@ -204,3 +204,11 @@ def test_megatron_names_a_throttled_gpu_even_when_only_a_little_slow() -> None:
     # 5% slower, its clock no lower than its peers': noise, nobody named.
     fine = [_report(k, 21, 1950, 7) for k in range(4)]
     assert verdict(fine, job=RUNNING).implicated_nodes == frozenset()
+
+
+def test_nodes_without_an_mnnvl_line_are_not_victims_of_each_other() -> None:
+    # Domain 1 (node001-002) failed at init and printed no MNNVL line; domain 2 printed its own.
+    fabric = [noise("nccl.mnnvl_clique", n, fabric="cc.dd", clique="0x2") for n in NODES[2:]]
+    first = [_hw("nccl.nvls_bind_failed", n, 10 + i) for i, n in enumerate(NODES[:2])]
+    later = [_hw("xid.74", "node003", 40)]
+    assert verdict([*fabric, *first, *later]).implicated_nodes == {"node001", "node002"}

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from tests.unit.attribute.test_general_rules import (
+from medic.attribute import recommended_node_action
+from medic.attribute.fate import link_victims
+from medic.attribute.slowdown import SLOW_JOB_SIGNATURE_ID, apply_slowdown_rules
+from medic.detect.catalogue import node_actions
+from medic.domain.cluster import JobState
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
+
+from .test_general_rules import (
     JOB,
     NODES,
     bootstrap,
@@ -20,13 +27,6 @@ from tests.unit.attribute.test_general_rules import (
     noise,
     verdict,
 )
-
-from medic.attribute import recommended_node_action
-from medic.attribute.fate import link_victims
-from medic.attribute.slowdown import SLOW_JOB_SIGNATURE_ID, apply_slowdown_rules
-from medic.detect.catalogue import node_actions
-from medic.domain.cluster import JobState
-from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
 
 RUNNING = replace(JOB, state=JobState.RUNNING)
 

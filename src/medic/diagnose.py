@@ -16,6 +16,9 @@ How lines are read:
   (``comm 0x... rank 21 nranks 32 ...`` on a node: its global ranks), else the default layout
   (``rank // gpus_per_node`` indexes the node list, sorted with numbers compared as numbers, so
   ``node2`` sorts before ``node10``).
+- Terminal colour codes (``\x1b[31m``, rich's tracebacks, Lightning's) are removed first.
+- A line tagged with a job node's name (``node-a1: [rank0]: ...``: pdsh and clush, DeepSpeed's
+  multi-node launcher) is that node's, read without its tag.
 - Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
   syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
   prefix.
@@ -71,6 +74,7 @@ OFFLINE_WINDOW_SECONDS = 300.0
 of a post-mortem disagree by more than the loop's read delay."""
 
 _BATCH = 20_000
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
 _NCCL_INIT = re.compile(
     r"NCCL INFO comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7}) "
 )
@@ -231,10 +235,26 @@ def _host(name: str, known: frozenset[NodeName]) -> NodeName:
     return NodeName(name if name in known else name.split(".", 1)[0])
 
 
+def _tagged_host(text: str, known: frozenset[NodeName]) -> NodeName | None:
+    """The job node a line is tagged with (``node-a1: [rank0]: ...``, as pdsh and clush print
+    their hosts' output), or None. Only a name of the job's nodes counts: ``WARNING: ...`` is no
+    host."""
+    colon = text.find(": ", 1, 65)
+    if colon < 0:
+        return None
+    name = text[:colon]
+    return NodeName(name) if name in known else None
+
+
 def _line(text: str, f: _File, known: frozenset[NodeName], when: datetime, seq: int) -> LogLine:
+    if "\x1b[" in text:  # rich/colorama colours: the words are the same without them
+        text = _ANSI.sub("", text)
+    tagged = _tagged_host(text, known)
+    if tagged is not None:  # pdsh/clush's "host: " tag (DeepSpeed's launcher): the host's line
+        text = text[len(tagged) + 2 :]
     body, rank = strip_rank_prefix(text)
     kernel = rank is None and _KERNEL.search(text[:200]) is not None
-    node = f.node
+    node = f.node or tagged
     if node is None and (match := _HOST.match(body)):
         name = match.group("nccl") or match.group("syslog") or match.group("srun")
         node = _host(name or match.group("stepd"), known)

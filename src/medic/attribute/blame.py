@@ -55,6 +55,7 @@ from medic.attribute.grouping import (
     utc,
 )
 from medic.attribute.launch import silent_node_findings
+from medic.attribute.network import PEER_ADDRESS_SIGNATURE_ID
 from medic.attribute.outcome import (
     completed_verdict,
     completion_evidence,
@@ -361,6 +362,7 @@ def attribute(
             d for d in run.implicating
             if d.role is Role.ROOT and first is not None and order(d) < order(first)
             and not _torn_down(d, run.all)
+            and d.signature_id != PEER_ADDRESS_SIGNATURE_ID
         ]  # fmt: skip
         if fact.action is JobAction.NONE or not earlier:
             return scheduler_verdict(job, attempt, fact, len(run.cascades), now)

@@ -3,8 +3,9 @@
 In synchronous training every rank waits for the slowest, so a job's step time or tokens per
 second (Megatron's elapsed time per iteration, torchtitan's tps) drops on every rank at once and
 cannot say which node is slow. What can is a line from that node that explains slowness: its
-kernel reporting its CPUs thermally throttled, DCGM reporting its GPU's clocks throttled (the
-catalogue marks such signatures with the constant ``effect: slowdown``).
+kernel reporting its CPUs thermally throttled, DCGM reporting its GPU's clocks throttled, its NFS
+server not responding, corrected PCIe errors on its GPU's link (the catalogue marks such
+signatures with the constant ``effect: slowdown``).
 
 The rule, over one attempt's detections: when the job is slower than its own baseline (the
 progress tracker's ``medic.straggler.slow_job`` finding, :mod:`medic.detect.progress`), each node
@@ -26,7 +27,7 @@ from dataclasses import replace
 
 from medic.attribute.network import SYSTEMIC_NODES
 from medic.attribute.reports import SLOW_NODE_SIGNATURE_ID
-from medic.domain.diagnosis import Detection, JobAction, Role, Severity
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity
 from medic.domain.ids import NodeName, SignatureId
 
 __all__ = ["LEAD_SECONDS", "SLOW_JOB_SIGNATURE_ID", "apply_slowdown_rules"]
@@ -72,6 +73,8 @@ def apply_slowdown_rules(
         replace(
             d,
             signature_id=SLOW_NODE_SIGNATURE_ID,
+            # A line the catalogue keeps as noise (a corrected PCIe error) is the GPU's link.
+            domain=FaultDomain.HARDWARE if d.domain is FaultDomain.NONE else d.domain,
             role=Role.ROOT,
             severity=Severity.WARNING,
             action=JobAction.NONE,

@@ -212,3 +212,28 @@ def test_nodes_without_an_mnnvl_line_are_not_victims_of_each_other() -> None:
     first = [_hw("nccl.nvls_bind_failed", n, 10 + i) for i, n in enumerate(NODES[:2])]
     later = [_hw("xid.74", "node003", 40)]
     assert verdict([*fabric, *first, *later]).implicated_nodes == {"node001", "node002"}
+
+
+def test_a_noise_line_that_explains_slowness_names_its_node_as_hardware() -> None:
+    # Corrected PCIe errors are noise in the catalogue; during a slow job they name their node.
+    aer = det(
+        "xid.pcie_aer_corrected", "node004", Role.NOISE, domain=FaultDomain.NONE,
+        action=JobAction.NONE, at=350, fields={"effect": "slowdown"},
+    )  # fmt: skip
+    v = verdict([slow_job(900, 600), aer], job=RUNNING)
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.HARDWARE,
+        JobAction.NONE,
+        {"node004"},
+    )
+
+
+def test_peers_pointing_at_one_node_never_outrank_the_schedulers_end() -> None:
+    preempted = det("slurm.preempted", None, Role.ROOT, domain=FaultDomain.SCHEDULER, at=100)
+    peers = [completion(n, "10.0.1.10", at=0) for n in ("node001", "node003", "node004")]
+    v = verdict([*(bootstrap(i) for i in range(4)), preempted, *peers])
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.SCHEDULER,
+        JobAction.RESTART,
+        frozenset(),
+    )

@@ -25,8 +25,9 @@ How lines are read:
 - Times come from the lines (ISO 8601, PyTorch's glog ``E0101 00:10:00.123``, syslog, ``dmesg
   -T``); a line without one takes the previous line's in its file (the file's first one before
   it; a file without any takes the earliest of the directory). Glog and syslog stamps print no
-  year: the first ISO date of the directory gives it. Clocks of different sources disagree, so
-  the failure window in which stronger evidence wins is wider than the live loop's.
+  year: the first ISO date (or ``dmesg -T`` stamp) of the directory gives it. Clocks of
+  different sources disagree, so the failure window in which stronger evidence wins is wider
+  than the live loop's.
 
 The progress lines are followed as the live loop follows them (:mod:`medic.detect.progress`), so
 a job whose throughput fell below its own baseline for long enough gets the loop's slow-job
@@ -220,9 +221,12 @@ def _stamp(text: str, year: int) -> datetime | None:
 
 
 def _base_year(files: list[_File]) -> int:
+    """The year of the directory's first printed date (ISO, or a ``dmesg -T`` stamp), for the
+    stamps that print none (glog, syslog): a glog line of a JAX or PyTorch job and its node's
+    ``dmesg -T`` Xid must fall in the same year to be compared."""
     for f in files:
         for count, text in enumerate(_lines(f.path)):
-            if match := _ISO.search(text[:120]):
+            if match := _ISO.search(text[:120]) or _DMESG_T.match(text):
                 return int(match.group("y"))
             if count >= 500:
                 break

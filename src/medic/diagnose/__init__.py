@@ -16,6 +16,10 @@ How lines are read:
   (``comm 0x... rank 21 nranks 32 ...`` on a node: its global ranks), else the default layout
   (``rank // gpus_per_node`` indexes the node list, sorted with numbers compared as numbers, so
   ``node2`` sorts before ``node10``).
+- A line a Ray driver printed for a worker (``(WorkerDict pid=23113, ip=10.20.0.13) ...``), and
+  the remote traceback after a task error's header (``ray::WorkerDict.update() (pid=23113,
+  ip=10.20.0.13, ...)``), are the worker's node's: the one its address names in the other Ray
+  lines.
 - Terminal colour codes (``\x1b[31m``, rich's tracebacks, Lightning's) are removed first.
 - A line tagged with a job node's name (``node-a1: [rank0]: ...``: pdsh and clush, DeepSpeed's
   multi-node launcher) is that node's, read without its tag.
@@ -33,6 +37,9 @@ The progress lines are followed as the live loop follows them (:mod:`medic.detec
 a job whose throughput fell below its own baseline for long enough gets the loop's slow-job
 finding, and attribution can name the node whose own lines explain it
 (:mod:`medic.attribute.slowdown`).
+
+Where lines belong (hosts, tags, ranks, Ray workers) is gathered by
+:mod:`medic.diagnose.placement`.
 
 Raises :class:`~medic.errors.InputError` for a missing or empty directory, never for content.
 """
@@ -53,6 +60,7 @@ from medic.detect.catalogue import node_actions
 from medic.detect.matcher import SignatureDiagnoser, strip_rank_prefix
 from medic.detect.progress import ProgressTracker
 from medic.detect.signatures import Signature
+from medic.diagnose.placement import HOST, Placement, host_name, untagged
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import ClusterName, JobId, NodeName
@@ -75,10 +83,6 @@ OFFLINE_WINDOW_SECONDS = 300.0
 of a post-mortem disagree by more than the loop's read delay."""
 
 _BATCH = 20_000
-_ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
-_NCCL_INIT = re.compile(
-    r"NCCL INFO comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7}) "
-)
 _UNTIMED = datetime.min.replace(tzinfo=UTC)
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, 1)}
@@ -93,12 +97,6 @@ _DMESG_T = re.compile(r"^\[\w{3} " + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r"
 _KERNEL = re.compile(
     r"^\s*\[\s*\d{1,10}\.\d{1,9}\]|^\[\w{3} \w{3} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]"
     r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d \S{1,64} kernel: |NVRM: |\bXid\b|mlx5_core"
-)
-_HOST = re.compile(
-    r"^(?P<nccl>[A-Za-z][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]"
-    r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d (?P<syslog>[A-Za-z][\w.-]{0,62}) kernel: "
-    r"|^srun: error: (?P<srun>[A-Za-z][\w.-]{0,62}): tasks? \d"
-    r"|^slurmstepd-(?P<stepd>[A-Za-z][\w.-]{0,62}): "
 )
 
 
@@ -233,35 +231,14 @@ def _base_year(files: list[_File]) -> int:
     return 2000  # any leap year: relative order is all that matters without a printed year
 
 
-def _host(name: str, known: frozenset[NodeName]) -> NodeName:
-    """A printed hostname as a node name: as printed when it names a node file, else its first
-    DNS label (``node002.cluster.local`` is ``node002``)."""
-    return NodeName(name if name in known else name.split(".", 1)[0])
-
-
-def _tagged_host(text: str, known: frozenset[NodeName]) -> NodeName | None:
-    """The job node a line is tagged with (``node-a1: [rank0]: ...``, as pdsh and clush print
-    their hosts' output), or None. Only a name of the job's nodes counts: ``WARNING: ...`` is no
-    host."""
-    colon = text.find(": ", 1, 65)
-    if colon < 0:
-        return None
-    name = text[:colon]
-    return NodeName(name) if name in known else None
-
-
 def _line(text: str, f: _File, known: frozenset[NodeName], when: datetime, seq: int) -> LogLine:
-    if "\x1b[" in text:  # rich/colorama colours: the words are the same without them
-        text = _ANSI.sub("", text)
-    tagged = _tagged_host(text, known)
-    if tagged is not None:  # pdsh/clush's "host: " tag (DeepSpeed's launcher): the host's line
-        text = text[len(tagged) + 2 :]
+    text, tagged = untagged(text, known)
     body, rank = strip_rank_prefix(text)
     kernel = rank is None and _KERNEL.search(text[:200]) is not None
     node = f.node or tagged
-    if node is None and (match := _HOST.match(body)):
+    if node is None and (match := HOST.match(body)):
         name = match.group("nccl") or match.group("syslog") or match.group("srun")
-        node = _host(name or match.group("stepd"), known)
+        node = host_name(name or match.group("stepd"), known)
     stream = LogStream.KERNEL if kernel else LogStream.JOB
     return LogLine(stream, text, when, node, None, rank, seq)
 
@@ -286,12 +263,11 @@ def diagnose_directory(
     node_files = frozenset(f.node for f in files if f.node is not None)
     year = _base_year(files)
     detections: list[Detection] = []
-    seen_ranks: dict[int, NodeName] = {}
-    hosts: set[NodeName] = set()
-    communicators: set[tuple[int, int, NodeName]] = set()
+    where = Placement(node_files)
     seq = 0
     for f in files:
         f.first_seq = seq + 1
+        where.new_file()
         last: datetime | None = None
         batch: list[LogLine] = []
         for text in _lines(f.path):
@@ -302,21 +278,14 @@ def diagnose_directory(
                 last = stamp
                 f.first_time = f.first_time or stamp
             line = _line(text, f, node_files, last or _UNTIMED, seq)
-            if f.node is not None and line.rank is not None:
-                seen_ranks.setdefault(line.rank, f.node)
-            elif line.node is not None:
-                hosts.add(line.node)
-            host = f.node or line.node
-            if host is not None and " nranks " in text and (init := _NCCL_INIT.search(text)):
-                communicators.add((int(init["rank"]), int(init["nranks"]), host))
+            where.note(line, f.node, stamp is not None)
             batch.append(line)
             if len(batch) >= _BATCH:
                 detections += engine.scan(batch)
                 batch = []
         detections += engine.scan(batch)
-    nodes = sorted(node_files or hosts, key=natural_key)
-    seen_ranks = {**_world_ranks(communicators), **seen_ranks}
-    detections = _timed(detections, files)
+    nodes = sorted(node_files or where.hosts, key=natural_key)
+    detections = where.placed(_timed(detections, files))
     job = Job(
         id=JobId(directory.resolve().name or str(directory)),
         cluster=ClusterName("offline"),
@@ -334,7 +303,7 @@ def diagnose_directory(
         detections,
         now=now,
         window_seconds=window_seconds,
-        rank_nodes={**seen_ranks, **(rank_nodes or {})},
+        rank_nodes={**where.rank_nodes(), **(rank_nodes or {})},
         gpus_per_node=gpus_per_node,
         silent_nodes=_silent(files),
     )
@@ -348,19 +317,6 @@ def diagnose_directory(
         lines=seq,
         detections=len(detections),
     )
-
-
-def _world_ranks(communicators: set[tuple[int, int, NodeName]]) -> dict[int, NodeName]:
-    """Global rank -> node from NCCL's communicator init lines (``comm 0x... rank 21 nranks 32
-    cudaDev 5 ... Init COMPLETE``). Only the largest communicator's ranks are global ranks (a
-    tensor- or pipeline-parallel group numbers its ranks from 0); a rank claimed by two nodes
-    says nothing."""
-    world = max((size for _, size, _ in communicators), default=0)
-    found: dict[int, set[NodeName]] = {}
-    for rank, size, node in communicators:
-        if size == world:
-            found.setdefault(rank, set()).add(node)
-    return {rank: next(iter(nodes)) for rank, nodes in found.items() if len(nodes) == 1}
 
 
 def _signatures(engine: Diagnoser) -> tuple[Signature, ...] | None:

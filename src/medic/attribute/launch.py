@@ -50,6 +50,7 @@ LAUNCH_SIGNATURE_PREFIXES = (
     "pmix.",
     "slurm.task_launch_failed",
     "slurm.pmix_error",
+    "slurm.pmix_init_failed",
     "slurm.pmi2_error",
     "slurm.tmpdir_failed",
     "slurm.execve_failed",

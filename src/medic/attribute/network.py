@@ -15,11 +15,10 @@ Two context rules over an attempt's placed detections, applied before attributio
 - **Peers of a node with its own fault are its victims.** When peers' completion errors point at
   a node T that has hardware, system-software or scheduler evidence of its own (an Xid, a GPU
   off the bus, Slurm's node failure) or crashed on its own (an application error, a contained
-  Xid 94),
-  those errors are T's cascade, not roots: they neither make the verdict a network one nor
-  implicate the peers. NCCL's WARN lines carry no time of their own (they take the last stamp
-  before them in their file, often the launch's), so time alone cannot order them after T's
-  kernel line.
+  Xid 94), those errors are T's cascade, not roots: they neither make the verdict a network
+  one nor implicate the peers. NCCL's WARN lines carry no time of their own (they take the last
+  stamp before them in their file, often the launch's), so time alone cannot order them after
+  T's kernel line.
 - **The same fault on many nodes is systemic.** When network or system-software evidence that
   implicates its node (a port error, a link down, a read-only remount, an unmounted GPFS) comes
   from :data:`SYSTEMIC_NODES` nodes or more, or from more than half of the job's nodes (two at
@@ -117,10 +116,7 @@ def _victims_of_own_faults(
         for d in detections
         if d.node is not None
         and d.role is Role.ROOT
-        and (
-            (d.implicates_node and d.domain in _OWN_FAULT_DOMAINS)
-            or (d.action in (JobAction.RESTART, JobAction.STOP) and d.domain in _OWN_CRASH_DOMAINS)
-        )
+        and ((d.implicates_node and d.domain in _OWN_FAULT_DOMAINS) or _is_crash(d))
     }
     if not faulty:
         return list(detections)
@@ -138,14 +134,17 @@ def _victims_of_own_faults(
     return result
 
 
-def _crashed(detections: Sequence[Detection], node: NodeName) -> bool:
-    return any(
-        d.node == node
-        and d.role is Role.ROOT
+def _is_crash(d: Detection) -> bool:
+    """A fatal root of the node's own process (not its network)."""
+    return (
+        d.role is Role.ROOT
         and d.action in (JobAction.RESTART, JobAction.STOP)
         and d.domain in _OWN_CRASH_DOMAINS
-        for d in detections
     )
+
+
+def _crashed(detections: Sequence[Detection], node: NodeName) -> bool:
+    return any(d.node == node and _is_crash(d) for d in detections)
 
 
 def apply_network_rules(

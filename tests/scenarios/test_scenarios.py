@@ -109,11 +109,15 @@ def _set(directory: Path) -> list[Path]:
     return [p for p in HELDOUT_SCENARIOS if p.parent == directory]
 
 
+def test_heldout_sets_together_hold_many_scenarios() -> None:
+    assert len(HELDOUT_SCENARIOS) >= 30
+
+
 @pytest.mark.parametrize("directory", HELDOUT_SETS, ids=[p.name for p in HELDOUT_SETS])
 def test_heldout_set_is_large_and_separate(directory: Path) -> None:
     assert HELDOUT in HELDOUT_SETS
     scenarios = _set(directory)
-    assert len(scenarios) >= 20
+    assert len(scenarios) >= 16  # at least two per class
     assert not {p.name for p in scenarios} & {p.name for p in SCENARIOS}
     assert directory not in SCENARIOS
     classes = {str(_expected(p)["class"]).split("-", 1)[0] for p in scenarios}

@@ -219,6 +219,26 @@ def test_cli_bad_directory_exits_2_with_one_line(
     assert result.stdout == ""
 
 
+def test_a_host_tagged_line_keeps_its_own_time(tmp_path: Path) -> None:
+    # pdsh tags every line with its host; the glog stamp after the tag is the line's time.
+    (tmp_path / "gpu-b-11.log").write_text(
+        "gpu-b-11: [rank0]:[I1120 03:00:00.000000000 ProcessGroupNCCL.cpp:1] start\n"
+        "gpu-b-11: [rank0]:[E1120 03:11:40.000000337 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog"
+        " caught collective operation timeout: WorkNCCL(SeqNum=4122, OpType=ALLREDUCE,"
+        " NumelIn=8388608, NumelOut=8388608, Timeout(ms)=600000) ran for 600012 milliseconds"
+        " before timing out.\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "gpu-b-12.log").write_text("gpu-b-12: [rank1]: started\n", encoding="utf-8")
+    verdict = diagnose_directory(tmp_path).verdict
+    assert (verdict.time.month, verdict.time.day, verdict.time.hour, verdict.time.minute) == (
+        11,
+        20,
+        3,
+        11,
+    )
+
+
 def test_garbage_never_crashes(tmp_path: Path) -> None:
     data = os.urandom(1 << 16) + b"\n".join(
         [b"\xff\xfe[rank9]: \x00", b"[rank-1]: x", b"[rank99999999]: KeyError: 'x'", b"\r\r\r"]

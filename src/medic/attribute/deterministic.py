@@ -26,14 +26,12 @@ from medic.domain.diagnosis import Detection, FaultDomain, Role
 __all__ = ["CURABLE", "deterministic_errors", "is_curable"]
 
 CURABLE = re.compile(
-    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite"
-    r"|couldn't connect to",
+    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite",
     re.IGNORECASE,
 )
 """Messages a retry can cure even when every rank prints them: I/O errnos of a shared filesystem or
 the network (EIO, ECONNABORTED, ECONNRESET, ENOTCONN, ESHUTDOWN, ETIMEDOUT, ECONNREFUSED,
-EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO), non-finite values (NVRx category 27), and a model
-hub that could not be reached (Hugging Face's "We couldn't connect to 'https://huggingface.co'")."""
+EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO) and non-finite values (NVRx category 27)."""
 
 
 def is_curable(d: Detection) -> bool:

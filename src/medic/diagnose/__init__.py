@@ -231,8 +231,11 @@ def _base_year(files: list[_File]) -> int:
     return 2000  # any leap year: relative order is all that matters without a printed year
 
 
-def _line(text: str, f: _File, known: frozenset[NodeName], when: datetime, seq: int) -> LogLine:
-    text, tagged = untagged(text, known)
+def _line(
+    text: str, tagged: NodeName | None, f: _File, known: frozenset[NodeName], when: datetime,
+    seq: int,
+) -> LogLine:  # fmt: skip
+    """One line (already without its colour codes and host tag, ``tagged`` the host) as read."""
     body, rank = strip_rank_prefix(text)
     kernel = rank is None and _KERNEL.search(text[:200]) is not None
     node = f.node or tagged
@@ -270,14 +273,16 @@ def diagnose_directory(
         where.new_file()
         last: datetime | None = None
         batch: list[LogLine] = []
-        for text in _lines(f.path):
+        for raw in _lines(f.path):
+            # The tag and colours go first: a glog stamp after "host: " opens the line then.
+            text, tagged = untagged(raw, node_files)
             seq += 1
             f.printed = f.printed or bool(text.strip())
             stamp = _stamp(strip_rank_prefix(text)[0], year)
             if stamp is not None:
                 last = stamp
                 f.first_time = f.first_time or stamp
-            line = _line(text, f, node_files, last or _UNTIMED, seq)
+            line = _line(text, tagged, f, node_files, last or _UNTIMED, seq)
             where.note(line, f.node, stamp is not None)
             batch.append(line)
             if len(batch) >= _BATCH:

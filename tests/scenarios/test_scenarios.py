@@ -239,6 +239,42 @@ def test_a_host_tagged_line_keeps_its_own_time(tmp_path: Path) -> None:
     )
 
 
+def test_pytorch_stamps_with_a_one_digit_month_are_times(tmp_path: Path) -> None:
+    # c10's logger does not pad the month: "[W501 18:49:36.689142079 ...]" is 1 May.
+    (tmp_path / "node001.log").write_text(
+        "2026-05-01 18:00:00,000 launcher started\n"
+        "[rank0]:[E501 18:49:36.689142079 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught"
+        " collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1,"
+        " NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "node002.log").write_text("2026-05-01 18:00:00,000 launcher started\n")
+    verdict = diagnose_directory(tmp_path).verdict
+    assert (verdict.time.month, verdict.time.day, verdict.time.hour) == (5, 1, 18)
+    assert verdict.time.minute == 49
+
+
+def test_an_unstamped_fault_line_takes_the_stamp_that_follows_it(tmp_path: Path) -> None:
+    # The only stamp before the NCCL WARN is the launch's, an hour earlier: the Xid on node002
+    # at 02:14:40 came first, not the WARN.
+    (tmp_path / "node001.log").write_text(
+        "[2026-06-09 01:00:00,000] torch.distributed.run: [WARNING] started\n"
+        "node001:61:62 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 'unspecified launch"
+        " failure'\n"
+        "[rank0]:[E609 02:14:42.000000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0] Process"
+        " group watchdog thread terminated with exception: NCCL error: unhandled cuda error\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "node002.log").write_text(
+        "[Tue Jun  9 02:14:40 2026] NVRM: Xid (PCI:0000:9b:00): 79, pid=6301, name=python, GPU"
+        " has fallen off the bus.\n",
+        encoding="utf-8",
+    )
+    verdict = diagnose_directory(tmp_path, window_seconds=60.0).verdict
+    assert (verdict.domain.value, set(verdict.implicated_nodes)) == ("hardware", {"node002"})
+    assert verdict.root_signature == "xid.fallen_off_bus"
+
+
 def test_garbage_never_crashes(tmp_path: Path) -> None:
     data = os.urandom(1 << 16) + b"\n".join(
         [b"\xff\xfe[rank9]: \x00", b"[rank-1]: x", b"[rank99999999]: KeyError: 'x'", b"\r\r\r"]

@@ -225,6 +225,7 @@ def _root_verdict(
     in_window = [d for d in run.roots if utc(d.time) <= horizon]
     primary = min(in_window, key=lambda d: (-strength(d), order(d)))
     implicated = run.implicated(failed_nodes)
+    domain = _domain(primary, run, implicated, horizon)
     cascades = f"; {len(run.cascades)} cascade symptom(s) followed" if run.cascades else ""
     if primary.domain is FaultDomain.APPLICATION:
         app_roots = [d for d in run.roots if d.domain is FaultDomain.APPLICATION]
@@ -249,10 +250,10 @@ def _root_verdict(
         summary = f"application-level error, not established as deterministic: {describe(primary)}"
     elif implicated:
         confidence = 0.6
-        summary = f"{primary.domain.value} fault: {describe(primary)}"
+        summary = f"{domain.value} fault: {describe(primary)}"
     else:
         confidence = 0.6
-        summary = f"{primary.domain.value} fault, no node implicated: {describe(primary)}"
+        summary = f"{domain.value} fault, no node implicated: {describe(primary)}"
     others = implicated - {primary.node} if strength(primary) == 3 else implicated
     if others:
         also = "also implicated" if strength(primary) == 3 else "implicated by direct evidence"
@@ -260,7 +261,7 @@ def _root_verdict(
     return Verdict(
         job_id=job.id,
         attempt=attempt,
-        domain=primary.domain,
+        domain=domain,
         action=action,
         implicated_nodes=implicated,
         confidence=confidence,
@@ -269,6 +270,25 @@ def _root_verdict(
         evidence=select_evidence([primary], run, implicated),
         time=now,
     )
+
+
+def _domain(
+    primary: Detection, run: AttemptEvents, implicated: frozenset[NodeName], horizon: datetime
+) -> FaultDomain:
+    """The verdict's domain: the primary root's, unless it names no node while the evidence
+    against the implicated nodes in the failure window agrees on another infrastructure domain.
+    srun's "Task launch failed" is the scheduler's report of a symptom; the hung mount in that
+    node's own kernel log says what the fault is."""
+    if strength(primary) == 3 or not implicated:
+        return primary.domain
+    backing = {
+        d.domain
+        for d in run.implicating
+        if d.node in implicated
+        and utc(d.time) <= horizon
+        and d.domain not in (FaultDomain.APPLICATION, FaultDomain.NONE)
+    }
+    return backing.pop() if len(backing) == 1 else primary.domain
 
 
 def _fallback_verdict(

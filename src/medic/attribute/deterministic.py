@@ -26,12 +26,15 @@ from medic.domain.diagnosis import Detection, FaultDomain, Role
 __all__ = ["CURABLE", "deterministic_errors", "is_curable"]
 
 CURABLE = re.compile(
-    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite",
+    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite"
+    r"|\b(?:DEADLINE_EXCEEDED|UNAVAILABLE)\b|\btimed? ?out\b|\bTimeout(?:Error)?\b",
     re.IGNORECASE,
 )
 """Messages a retry can cure even when every rank prints them: I/O errnos of a shared filesystem or
 the network (EIO, ECONNABORTED, ECONNRESET, ENOTCONN, ESHUTDOWN, ETIMEDOUT, ECONNREFUSED,
-EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO) and non-finite values (NVRx category 27)."""
+EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO), non-finite values (NVRx category 27), and timeouts:
+gRPC's ``DEADLINE_EXCEEDED`` and ``UNAVAILABLE`` (JAX's coordination service raises them as an
+``XlaRuntimeError`` when a peer process is missing or gone), anything that "timed out"."""
 
 
 def is_curable(d: Detection) -> bool:

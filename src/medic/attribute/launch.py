@@ -15,6 +15,12 @@ node003: task 2: Exited with exit code 1``, ``Task launch for StepId=... failed 
 when they are a strict minority of the job (``placed_by_srun``). Every node failing alike still
 names nobody.
 
+A JAX process that never reached the coordination service's start-up barrier is named by its
+task number in its peers' timeout (``/job:jax_worker/replica:0/task:2``,
+``jax.barrier_task_missing``); under srun that is the Slurm task, so the line is placed on the
+node srun's own lines ran that task on (``srun: error: node003: task 2: Killed``) and is then a
+launch failure like the others.
+
 A node that printed nothing while every other node did (``silent_nodes``, given by the caller
 that reads the logs) never started its part either: when the attempt failed and nothing else
 implicates a node, it is implicated with a derived finding (:data:`SILENT_NODE_SIGNATURE_ID`).
@@ -24,6 +30,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -55,6 +62,7 @@ LAUNCH_SIGNATURE_PREFIXES = (
     "slurm.tmpdir_failed",
     "slurm.execve_failed",
     "gpu.container_cli_error",
+    "jax.barrier_task_missing",
     # A node that sees fewer GPUs than the job's ranks (a GPU off the bus, a gres or
     # CUDA_VISIBLE_DEVICES set-up of its own); on every node it is the job's nproc_per_node
     # (policy.deterministic_errors stops it).
@@ -76,6 +84,10 @@ def _minority(count: int, total: int) -> bool:
 
 _SRUN_NAMES_NODE = frozenset({"slurm.task_exit", "slurm.task_launch_failed", "slurm.node_failure"})
 """srun's lines that name the node whose task failed (exit code, launch, node failure)."""
+_SRUN_NAMES_TASKS = frozenset(
+    {"slurm.task_exit", "slurm.task_exit_sigterm", "slurm.task_killed", "slurm.task_terminated"}
+)
+"""srun's lines that say which tasks ran on a node (as they ended)."""
 
 
 def placed_by_srun(detections: Sequence[Detection], nodes: Sequence[NodeName]) -> list[NodeName]:
@@ -92,10 +104,44 @@ def placed_by_srun(detections: Sequence[Detection], nodes: Sequence[NodeName]) -
     return sorted(named)
 
 
+_TASK_MISSING = SignatureId("jax.barrier_task_missing")
+_TASK_RANGE = re.compile(r"(\d{1,7})(?:-(\d{1,7}))?")
+
+
+def _task_numbers(spec: str) -> list[int]:
+    """srun's task list (``2``, ``8-15``, ``2,4-5,7``, ``[0-3]``) as numbers; at most 4,096."""
+    found: list[int] = []
+    for m in _TASK_RANGE.finditer(spec):
+        low = int(m[1])
+        high = int(m[2]) if m[2] else low
+        found.extend(range(low, min(high, low + 4096) + 1))
+    return found[:4096]
+
+
+def _place_missing_tasks(detections: Sequence[Detection], known: set[NodeName]) -> list[Detection]:
+    """JAX's missing-task lines with ``node`` set to the node srun ran that task on (see the
+    module docstring); unchanged when srun's lines do not say."""
+    if not any(d.signature_id == _TASK_MISSING for d in detections):
+        return list(detections)
+    task_node: dict[int, NodeName] = {}
+    for d in detections:
+        if d.signature_id in _SRUN_NAMES_TASKS and d.fields.get("node") in known:
+            for number in _task_numbers(d.fields.get("task", "")):
+                task_node.setdefault(number, NodeName(d.fields["node"]))
+    result = []
+    for d in detections:
+        task = d.fields.get("task", "")
+        if d.signature_id == _TASK_MISSING and task.isdigit() and int(task) in task_node:
+            d = replace(d, fields={**d.fields, "node": task_node[int(task)]})
+        result.append(d)
+    return result
+
+
 def launch_failures(detections: Sequence[Detection], nodes: Sequence[NodeName]) -> list[Detection]:
     """The detections, launch failures of a minority of nodes rewritten to implicate their node
     (as roots: the node could not start its part)."""
     known = set(nodes)
+    detections = _place_missing_tasks(detections, known)
     placed: dict[int, NodeName] = {}
     unplaced: list[int] = []
     for i, d in enumerate(detections):

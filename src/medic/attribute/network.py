@@ -11,7 +11,8 @@ Two context rules over an attempt's placed detections, applied before attributio
   T must not have crashed itself (an application error, or a hardware or system-software root
   that does not implicate it, such as a contained Xid 94: a dead process also fails its peers'
   queue pairs, so that is a cascade of T's own crash, not T's network), nor have evidence of its
-  own (then that evidence names it, and says more).
+  own (then that evidence names it, and says more). A reporter with a port or link event of its
+  own (a network root against it) is not counted: its completion errors come from its own link.
 - **Peers of a node with its own fault are its victims.** When peers' completion errors point at
   a node T that has hardware, system-software or scheduler evidence of its own (an Xid, a GPU
   off the bus, Slurm's node failure) or crashed on its own (an application error, a contained
@@ -83,9 +84,18 @@ def _peer_target(
     detections: Sequence[Detection], nodes: Sequence[NodeName]
 ) -> tuple[NodeName, Detection, frozenset[NodeName]] | None:
     addresses = address_map(detections)
+    # A node whose own port or link failed sees completion errors from every peer it talks to:
+    # its reports say where its traffic went, not who failed.
+    own_link = {
+        d.node
+        for d in detections
+        if d.role is Role.ROOT and d.implicates_node and d.domain is FaultDomain.NETWORK
+    }
     pairs: list[tuple[NodeName, NodeName, Detection]] = []
     for d in detections:
         if d.signature_id not in _PEER_ERRORS or d.node is None or "peer" not in d.fields:
+            continue
+        if d.node in own_link:
             continue
         target = addresses.get(address_of(d.fields["peer"]))
         if target is not None and target != d.node:

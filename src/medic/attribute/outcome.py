@@ -3,7 +3,8 @@
 - **A finished job is not a failure.** Completion in the framework's own words (Megatron's
   ``[after training is done]``, the HF Trainer's ``Training completed.``, Lightning's
   ```Trainer.fit` stopped: `max_steps=...` reached``, torchtitan's ``Training completed``, Slurm's
-  ``State: COMPLETED (exit code 0)``, an ``exit code 0`` line), or torchrun's ``worker group
+  ``State: COMPLETED (exit code 0)``, an ``exit code 0`` line, the common ``Training loop
+  finished`` / ``Training complete`` of JAX and hand-written loops), or torchrun's ``worker group
   successfully finished`` on a node whose agent reported no failure after it, with no agent
   reporting a final failure: the verdict is ``none``, whatever warnings, teardown errors or
   retried socket connects the logs carry.
@@ -50,6 +51,7 @@ COMPLETION_SIGNATURE_IDS = frozenset(
         "hf.training_completed",
         "lightning.fit_stopped",
         "torchtitan.training_completed",
+        "train.loop_finished",
         "slurm.job_completed",
         "job.exit_code_zero",
     }

@@ -106,6 +106,8 @@ DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
     "TypeError",
     "NameError",
     "AttributeError",
+    "KeyError",
+    "IndexError",
     "ImportError",
     "ModuleNotFoundError",
     "SyntaxError",

@@ -29,7 +29,9 @@ _SEPARATORS = r"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]"
 # Every rank prefix strip_rank_prefix removes (srun's label, then launcher prefixes), widened.
 _PREFIX = (
     r"[ \t]*(?:[0-9]{1,7}: [ \t]*)?"
-    r"(?:(?:\[(?:rank|default)?[0-9]{1,7}\][: ]|rank[0-9]{1,7}:)[ \t]*){0,4}"
+    r"(?:(?:\[(?:rank|default)?[0-9]{1,7}\][: ]|rank[0-9]{1,7}:"
+    r"|\[(?:[0-9]{1,7},)?[0-9]{1,7}\]<std(?:out|err|diag)>:"
+    r"|\[[A-Za-z][A-Za-z0-9._-]{0,62}:[0-9]{1,7}\]:)[ \t]*){0,4}"
 )
 HS_START = rf"(?:^|{_SEPARATORS}){_PREFIX}"
 """Where ``^`` matches: a line start (or separator), then an optional rank prefix."""

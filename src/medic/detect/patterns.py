@@ -47,13 +47,18 @@ REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 
 # A rank prefix is srun --label's task number (``3: ``, padded with blanks), then up to four
 # launcher prefixes: ``[rank3]:`` and ``[rank3] `` (PyTorch, many trainers), ``rank3:``, ``[3]:``
-# (torchrun with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"): global ranks; and
-# ``[default3]:`` (torchrun --tee: role "default" and a LOCAL rank, stripped but not reported).
+# (torchrun with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"), ``[1,3]<stderr>:`` (Open
+# MPI's mpirun --tag-output: job and rank) and ``[3]<stdout>:`` (horovodrun): global ranks;
+# ``[default3]:`` (torchrun --tee: role "default" and a LOCAL rank) and ``[node-a1:3]:`` (a host
+# and a rank, as MPICH's -prepend-pattern "[%h:%r]:" prints; local or global is the site's
+# choice): stripped but not reported.
 PREFIX_FIRST_CHARS = frozenset("[r0123456789 \t")
 """The characters a line with a rank prefix can start with (the fast path of the check)."""
 _LAUNCHER = re.compile(
     r"(?:\[(?:rank(?P<rank>[0-9]{1,7})|(?P<number>[0-9]{1,7})|default[0-9]{1,7})\]:"
-    r"|\[rank(?P<bare>[0-9]{1,7})\] |rank(?P<plain>[0-9]{1,7}):)[ \t]*"
+    r"|\[rank(?P<bare>[0-9]{1,7})\] |rank(?P<plain>[0-9]{1,7}):"
+    r"|\[(?:[0-9]{1,7},)?(?P<mpi>[0-9]{1,7})\]<std(?:out|err|diag)>:"
+    r"|\[[A-Za-z][A-Za-z0-9._-]{0,62}:[0-9]{1,7}\]:)[ \t]*"
 )
 _MAX_LAUNCHER_PREFIXES = 4
 _DIGITS = frozenset("0123456789")

@@ -90,6 +90,12 @@ class ProgressTracker:
             self._observe_compute(detection)
         elif step is not None:
             self._observe_iteration(detection, step)
+        elif "it_per_s" in fields:
+            # A rate without a run-wide step (flashy prints a per-epoch index): throughput only.
+            rate = _float(fields["it_per_s"])
+            if rate is not None and rate > 0.0 and self._metric in (None, "iter_ms"):
+                self._metric = "iter_ms"
+                self._throughput.add(detection.time, rate)
 
     def _observe_iteration(self, detection: Detection, step: int) -> None:
         if self._first_step is None or step < self._first_step:
@@ -99,6 +105,9 @@ class ProgressTracker:
             self._advance(detection.time)
         tokens = _float(detection.fields.get("tokens_per_s"))
         iter_ms = _float(detection.fields.get("iter_ms"))
+        rate = _float(detection.fields.get("it_per_s"))
+        if iter_ms is None and rate is not None and rate > 0.0:
+            iter_ms = 1000.0 / rate
         if self._metric is None:
             self._metric = (
                 "tokens" if tokens is not None else "iter_ms" if iter_ms is not None else "steps"

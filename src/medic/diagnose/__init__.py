@@ -26,10 +26,12 @@ How lines are read:
 - Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
   syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
   prefix.
-- Times come from the lines (ISO 8601, PyTorch's glog ``E0101 00:10:00.123``, syslog, ``dmesg
-  -T``); a line without one takes the previous line's in its file (the file's first one before
-  it; a file without any takes the earliest of the directory). Glog and syslog stamps print no
-  year: the first ISO date (or ``dmesg -T`` stamp) of the directory gives it. Clocks of
+- Times come from the lines (ISO 8601, PyTorch's glog ``E0101 00:10:00.123``, dora's
+  ``[06-08 09:00:00]``, syslog, ``dmesg -T``); a line without one takes the previous line's in
+  its file (the file's first one before it; a file without any takes the earliest of the
+  directory), except a fault line followed closely by a stamped one: it takes that one's (it was
+  printed as the failure happened). Glog and syslog stamps print no year: the first ISO date (or
+  ``dmesg -T`` stamp) of the directory gives it. Clocks of
   different sources disagree, so the failure window in which stronger evidence wins is wider
   than the live loop's.
 
@@ -47,9 +49,9 @@ Raises :class:`~medic.errors.InputError` for a missing or empty directory, never
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,7 @@ from medic.detect.progress import ProgressTracker
 from medic.detect.signatures import Signature
 from medic.diagnose.placement import HOST, Placement, host_name, untagged
 from medic.domain.cluster import Job, JobState
-from medic.domain.diagnosis import Detection, Verdict
+from medic.domain.diagnosis import Detection, Role, Verdict
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
 from medic.errors import InputError
@@ -91,7 +93,10 @@ _HMS = r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
 _ISO = re.compile(
     r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _]" + _HMS + r"(?:[.,](?P<f>\d{1,9}))?"
 )
-_GLOG = re.compile(r"^\[?[IWEF](?P<mo>\d\d)(?P<d>\d\d) " + _HMS + r"\.(?P<f>\d{1,9})")
+# glog pads the month (E0609); PyTorch's c10 logger does not ([W501 18:49:36.689142079 ...] is
+# 1 May, as quoted in vllm-project/vllm-ascend's issues): one or two digits, then the day's two.
+_GLOG = re.compile(r"^\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d\d) " + _HMS + r"\.(?P<f>\d{1,9})")
+_MONTH_DAY = re.compile(r"^\[(?P<mo>\d\d)-(?P<d>\d\d) " + _HMS + r"\]")  # dora: %m-%d %H:%M:%S
 _SYSLOG = re.compile(r"^(?:<\d{1,3}>)?" + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" ")
 _DMESG_T = re.compile(r"^\[\w{3} " + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" (?P<y>\d{4})\]")
 _KERNEL = re.compile(
@@ -160,6 +165,10 @@ class _File:
     first_time: datetime | None = None
     printed: bool = False
     """Whether the file has any non-blank line."""
+    stamp_seqs: list[int] = field(default_factory=list)
+    """The (global) numbers of the file's lines that carry a time, in order..."""
+    stamp_times: list[datetime] = field(default_factory=list)
+    """... and those times."""
 
 
 def _files(directory: Path) -> list[_File]:
@@ -204,9 +213,9 @@ def _stamp(text: str, year: int) -> datetime | None:
             micro = int((g["f"] or "0")[:6].ljust(6, "0"))
             return datetime(int(g["y"]), int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
                             int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
-        if match := _GLOG.match(head):
+        if match := _GLOG.match(head) or _MONTH_DAY.match(head):
             g = match.groupdict()
-            micro = int(g["f"][:6].ljust(6, "0"))
+            micro = int((g.get("f") or "0")[:6].ljust(6, "0"))
             return datetime(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
                             int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
         if match := _SYSLOG.match(head) or _DMESG_T.match(head):
@@ -282,6 +291,8 @@ def diagnose_directory(
             if stamp is not None:
                 last = stamp
                 f.first_time = f.first_time or stamp
+                f.stamp_seqs.append(seq)
+                f.stamp_times.append(stamp)
             line = _line(text, tagged, f, node_files, last or _UNTIMED, seq)
             where.note(line, f.node, stamp is not None)
             batch.append(line)
@@ -358,15 +369,33 @@ def _file_of(seq: int, files: list[_File], starts: list[int]) -> _File:
     return files[max(bisect_right(starts, seq) - 1, 0)]
 
 
+_FAULT_ROLES = frozenset({Role.ROOT, Role.CASCADE, Role.CONFIRMATION})
+_NEXT_STAMP_LINES = 50
+"""How far (in lines) the next stamped line may be for an unstamped fault line to take its time."""
+
+
 def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
-    """Untimed detections get their file's first time, or the directory's earliest."""
+    """Times for the detections of lines that carry none.
+
+    An unstamped line was printed between the stamps before and after it. A fault line (an NCCL
+    WARN, a CUDA error) is printed as the fault happens, and the stamped lines of the same
+    failure follow it closely: it takes the next stamp of its file when one comes within
+    :data:`_NEXT_STAMP_LINES` lines, so that a launch-time stamp an hour earlier never makes it
+    look first. Other unstamped lines keep the previous stamp; without any, the file's first
+    time, or the directory's earliest.
+    """
     earliest = min((f.first_time for f in files if f.first_time), default=None)
     fallback = earliest or datetime(2000, 1, 1, tzinfo=UTC)
     starts = [f.first_seq for f in files]
     result = []
     for d in detections:
+        f = _file_of(d.seq, files, starts)
+        if d.role in _FAULT_ROLES and d.seq > 0:
+            i = bisect_left(f.stamp_seqs, d.seq)
+            if i < len(f.stamp_seqs) and 0 < f.stamp_seqs[i] - d.seq <= _NEXT_STAMP_LINES:
+                d = replace(d, time=f.stamp_times[i])
         if d.time == _UNTIMED:
-            d = replace(d, time=_file_of(d.seq, files, starts).first_time or fallback)
+            d = replace(d, time=f.first_time or fallback)
         result.append(d)
     return result
 

@@ -236,15 +236,23 @@ def test_same_traceback_on_all_ranks_stops() -> None:
 
 
 def test_two_ranks_are_enough_but_one_is_not() -> None:
-    one = Timeline().job(10.0, NODES[0], 3, KEY_ERROR).peers_watchdog(40.0, 1, 2, 3).verdict()
+    # ValueError is not in policy.deterministic_errors: only two ranks raising it establish it.
+    error = "ValueError: expected sequence of length 2048 at dim 1 (got 2047)"
+    one = Timeline().job(10.0, NODES[0], 3, error).peers_watchdog(40.0, 1, 2, 3).verdict()
     assert (one.domain, one.action) == (FaultDomain.APPLICATION, JobAction.RESTART)
-    two = Timeline().job(10.0, NODES[0], 3, KEY_ERROR).job(10.2, NODES[2], 17, KEY_ERROR)
+    two = Timeline().job(10.0, NODES[0], 3, error).job(10.2, NODES[2], 17, error)
     assert two.verdict().action is JobAction.STOP
 
 
+def test_a_listed_error_on_one_rank_stops() -> None:
+    one = Timeline().job(10.0, NODES[0], 3, KEY_ERROR).peers_watchdog(40.0, 1, 2, 3).verdict()
+    assert (one.domain, one.action) == (FaultDomain.APPLICATION, JobAction.STOP)
+
+
 def test_same_exception_at_different_steps_is_not_established() -> None:
-    timeline = Timeline().job(1.0, NODES[0], 0, iteration(10)).job(2.0, NODES[0], 3, KEY_ERROR)
-    timeline.job(3.0, NODES[0], 0, iteration(11)).job(4.0, NODES[1], 9, KEY_ERROR)
+    error = "ValueError: expected sequence of length 2048 at dim 1 (got 2047)"
+    timeline = Timeline().job(1.0, NODES[0], 0, iteration(10)).job(2.0, NODES[0], 3, error)
+    timeline.job(3.0, NODES[0], 0, iteration(11)).job(4.0, NODES[1], 9, error)
     assert timeline.verdict().action is JobAction.RESTART
 
 

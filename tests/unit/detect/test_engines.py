@@ -267,6 +267,13 @@ def test_chunks_and_threads_give_the_same_hits() -> None:
         ("3: [default3]: x", "x", None),  # a task and a local rank: no global rank
         ("0: [default0]:[rank8]: x", "x", 8),
         ("[rank0]:[W reducer.cpp:1] x", "[W reducer.cpp:1] x", 0),
+        ("[1,13]<stderr>:x", "x", 13),  # Open MPI's mpirun --tag-output
+        ("[4]<stdout>: x", "x", 4),  # horovodrun
+        ("[1,2]<stdin>:x", "[1,2]<stdin>:x", None),
+        ("[gpu-a01.cluster:3]: x", "x", None),  # MPICH -prepend-pattern "[%h:%r]:"
+        ("[gpu-a01:3] x", "[gpu-a01:3] x", None),  # no colon after it: not a prefix
+        ("[E1128 10:11:35.000211000 ProcessGroupNCCL.cpp:632] x",) * 2 + (None,),
+        ("[ProcessGroupNCCL.cpp:632] x",) * 2 + (None,),
         ("[rank١]: x", "[rank١]: x", None),  # ASCII digits only
         ("١: x", "١: x", None),
         ("[rank0]", "[rank0]", None),

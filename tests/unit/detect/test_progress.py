@@ -288,6 +288,28 @@ def test_tokens_with_thousands_separators_are_numbers() -> None:
     assert found is not None and float(found.fields["baseline"]) == pytest.approx(7512)
 
 
+def test_a_rate_without_a_step_feeds_the_slow_job_check_only() -> None:
+    # flashy's "Train | Epoch 3 | 200/2000 | 1.72 it/sec": the index restarts every epoch.
+    tracker = ProgressTracker(JOB, 0)
+    for k in range(100):
+        rate = "2.0" if k < 30 else "1.2"
+        tracker.observe(progress_detection(k * 30.0, {"it_per_s": rate}))
+    assert tracker.progress().last_step is None  # no step: not progress for hang detection
+    found = tracker.check_straggler(at(3000.0), SETTINGS)
+    assert found is not None and found.fields["unit"] == "iterations/s"
+    assert float(found.fields["baseline"]) == pytest.approx(2.0)
+    assert float(found.fields["current"]) == pytest.approx(1.2)
+
+
+def test_a_rate_beside_a_step_is_the_inverse_of_the_iteration_time() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    for step in range(1, 101):
+        rate = "4.0" if step <= 30 else "2.0"
+        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "it_per_s": rate}))
+    found = tracker.check_straggler(at(101.0), SETTINGS)
+    assert found is not None and float(found.fields["baseline"]) == pytest.approx(4.0)
+
+
 def test_throughput_watch_ignores_nonsense() -> None:
     watch = ThroughputWatch()
     watch.add(T0, 0.0)

@@ -224,7 +224,7 @@ def _root_verdict(
     horizon = order(run.roots[0])[0] + timedelta(seconds=max(window_seconds, 0.0))
     in_window = [d for d in run.roots if utc(d.time) <= horizon]
     primary = min(in_window, key=lambda d: (-strength(d), order(d)))
-    implicated = run.implicated(failed_nodes)
+    implicated = run.implicated(failed_nodes, failing=True)
     domain = _domain(primary, run, implicated, horizon)
     cascades = f"; {len(run.cascades)} cascade symptom(s) followed" if run.cascades else ""
     if primary.domain is FaultDomain.APPLICATION:
@@ -398,5 +398,6 @@ def attribute(
         return _root_verdict(job, attempt, run, failed_nodes, now, window_seconds, deterministic)
     listed = _deterministic(run, [], deterministic) if failing else []
     if listed:
-        return _stop_verdict(job, attempt, run, listed, run.implicated(failed_nodes), now)
+        implicated = run.implicated(failed_nodes, failing=True)
+        return _stop_verdict(job, attempt, run, listed, implicated, now)
     return _fallback_verdict(job, attempt, run, failed_nodes, now)

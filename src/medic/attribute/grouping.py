@@ -184,7 +184,17 @@ class AttemptEvents:
         index = bisect_right(self._step_times, utc(when))
         return self._step_max[index - 1] if index else None
 
-    def implicated(self, failed_nodes: frozenset[NodeName]) -> frozenset[NodeName]:
-        """Nodes with direct evidence against them, plus the nodes the scheduler reports failed."""
-        own = frozenset(d.node for d in self.implicating if d.node is not None)
+    def implicated(
+        self, failed_nodes: frozenset[NodeName], *, failing: bool = False
+    ) -> frozenset[NodeName]:
+        """Nodes with direct evidence against them, plus the nodes the scheduler reports failed.
+
+        ``failing``: the attempt failed on a fatal root, and a warning (a root that calls for no
+        action on the job, such as a row remap marked for the next GPU reset) neither caused nor
+        explains that failure: it names no node then (node repair still takes it)."""
+        own = frozenset(
+            d.node
+            for d in self.implicating
+            if d.node is not None and not (failing and d.role is Role.ROOT and not is_fatal(d))
+        )
         return (own - self.victims) | failed_nodes

@@ -2,9 +2,11 @@
 
 A job that never started because one node could not launch its part shows it in that node's own
 lines: pyxis/enroot could not import or start the container (``slurmstepd-node003: error: pyxis:
-...``), PMIx or PMI-2 wire-up failed there, srun reports ``Task launch for StepId=... failed on
-node node003``, its ranks find fewer GPUs than they were started for (``CUDA error: invalid device
-ordinal``). When such evidence comes from a strict minority of the job's nodes (and fewer than
+...``), PMIx or PMI-2 wire-up failed there, ssh or pdsh could not reach it (``ssh: connect to host
+node003 port 22: Connection refused``, ``pdsh@login: node003: ssh exited with exit code 255``),
+srun reports ``Task launch for StepId=... failed on node node003``, its ranks find fewer GPUs than
+they were started for (``CUDA error: invalid device ordinal``). When such evidence comes from a
+strict minority of the job's nodes (and fewer than
 :data:`~medic.attribute.network.SYSTEMIC_NODES`), those nodes are implicated; on every node alike
 (a registry down, a wrong image name) it names nobody.
 
@@ -63,6 +65,8 @@ LAUNCH_SIGNATURE_PREFIXES = (
     "slurm.execve_failed",
     "gpu.container_cli_error",
     "jax.barrier_task_missing",
+    "pdsh.ssh_failed",
+    "ssh.connect_failed",
     # A node that sees fewer GPUs than the job's ranks (a GPU off the bus, a gres or
     # CUDA_VISIBLE_DEVICES set-up of its own); on every node it is the job's nproc_per_node
     # (policy.deterministic_errors stops it).

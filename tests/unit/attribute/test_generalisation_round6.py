@@ -1,7 +1,8 @@
 """Round 6 of the issue-12 rules, one by one on hand-made detections: a node's own link explains
 its completion errors (rule 3), a missing JAX task is a launch failure of the node srun ran it on
-(rule 2), timeouts are never deterministic while KeyError and IndexError are (rule 4), and a
-verdict whose root names no node takes the domain of the evidence against the node it implicates."""
+(rule 2), timeouts are never deterministic while KeyError and IndexError are (rule 4), a verdict
+whose root names no node takes the domain of the evidence against the node it implicates, and a
+warning (a row remap) names no node in a failure it did not cause."""
 
 from __future__ import annotations
 
@@ -120,3 +121,24 @@ def test_evidence_after_the_failure_window_does_not_change_the_domain() -> None:
     hung = det("kernel.hung_task", "node003", Role.CONFIRMATION, at=60, implicates_node=True)
     assert verdict([*launch, hung], window_seconds=300.0).domain is FaultDomain.SYSTEM_SOFTWARE
     assert verdict([*launch, hung], window_seconds=30.0).domain is FaultDomain.SCHEDULER
+
+
+# --- a warning does not name its node in a failure it did not cause ---------------------------
+def test_a_row_remap_warning_names_nobody_in_a_failure_it_did_not_cause() -> None:
+    remap = det("xid.memory_remap", "node002", Role.ROOT, at=0, domain=FaultDomain.HARDWARE,
+                action=JobAction.NONE, implicates_node=True)  # fmt: skip
+    errors = [
+        det("python.exception", n, Role.ROOT, at=10, domain=FaultDomain.APPLICATION,
+            fields={"exception": "TypeError", "message": "forward() got an unexpected keyword"})
+        for n in NODES
+    ]  # fmt: skip
+    v = verdict([remap, *errors])
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.APPLICATION,
+        JobAction.STOP,
+        frozenset(),
+    )
+    # A fatal root on that node still names it.
+    xid = det("xid.fallen_off_bus", "node002", Role.ROOT, at=9, domain=FaultDomain.HARDWARE,
+              implicates_node=True)  # fmt: skip
+    assert verdict([remap, xid, *errors]).implicated_nodes == {"node002"}

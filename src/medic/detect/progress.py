@@ -106,8 +106,11 @@ class ProgressTracker:
         tokens = _float(detection.fields.get("tokens_per_s"))
         iter_ms = _float(detection.fields.get("iter_ms"))
         rate = _float(detection.fields.get("it_per_s"))
+        seconds = _float(detection.fields.get("iter_s"))
         if iter_ms is None and rate is not None and rate > 0.0:
             iter_ms = 1000.0 / rate
+        elif iter_ms is None and seconds is not None:
+            iter_ms = 1000.0 * seconds
         if self._metric is None:
             self._metric = (
                 "tokens" if tokens is not None else "iter_ms" if iter_ms is not None else "steps"

@@ -26,14 +26,14 @@ How lines are read:
 - Kernel lines are recognised by shape (a dmesg ``[ 1234.567890]`` or ``dmesg -T`` stamp, a
   syslog ``host kernel:`` prefix, ``NVRM:``, ``Xid``, ``mlx5_core``) unless they carry a rank
   prefix.
-- Times come from the lines (ISO 8601, PyTorch's glog ``E0101 00:10:00.123``, dora's
-  ``[06-08 09:00:00]``, syslog, ``dmesg -T``); a line without one takes the previous line's in
-  its file (the file's first one before it; a file without any takes the earliest of the
-  directory), except a fault line followed closely by a stamped one: it takes that one's (it was
-  printed as the failure happened). Glog and syslog stamps print no year: the first ISO date (or
-  ``dmesg -T`` stamp) of the directory gives it. Clocks of
-  different sources disagree, so the failure window in which stronger evidence wins is wider
-  than the live loop's.
+- Times come from the lines (:mod:`medic.diagnose.stamps`: ISO 8601 and nvidia-smi's ``2026/06/08
+  09:00:00.000``, the HF example scripts' ``06/08/2026 09:00:00``, PyTorch's glog ``E0101
+  00:10:00.123``, dora's ``[06-08 09:00:00]``, syslog, ``dmesg -T``); a line without one takes the
+  previous line's in its file (the file's first one before it; a file without any takes the
+  earliest of the directory), except a fault line followed closely by a stamped one: it takes that
+  one's (it was printed as the failure happened). Glog and syslog stamps print no year: the first
+  ISO date (or ``dmesg -T`` stamp) of the directory gives it. Clocks of different sources disagree,
+  so the failure window in which stronger evidence wins is wider than the live loop's.
 
 The progress lines are followed as the live loop follows them (:mod:`medic.detect.progress`), so
 a job whose throughput fell below its own baseline for long enough gets the loop's slow-job
@@ -53,6 +53,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from medic.detect.matcher import SignatureDiagnoser, strip_rank_prefix
 from medic.detect.progress import ProgressTracker
 from medic.detect.signatures import Signature
 from medic.diagnose.placement import HOST, Placement, host_name, untagged
+from medic.diagnose.stamps import line_time, year_of
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, Role, Verdict
 from medic.domain.ids import ClusterName, JobId, NodeName
@@ -86,19 +88,6 @@ of a post-mortem disagree by more than the loop's read delay."""
 
 _BATCH = 20_000
 _UNTIMED = datetime.min.replace(tzinfo=UTC)
-_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, 1)}
-_MON = "(?P<mon>" + "|".join(_MONTH_NAMES) + ")"
-_HMS = r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
-_ISO = re.compile(
-    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T _]" + _HMS + r"(?:[.,](?P<f>\d{1,9}))?"
-)
-# glog pads the month (E0609); PyTorch's c10 logger does not ([W501 18:49:36.689142079 ...] is
-# 1 May, as quoted in vllm-project/vllm-ascend's issues): one or two digits, then the day's two.
-_GLOG = re.compile(r"^\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d\d) " + _HMS + r"\.(?P<f>\d{1,9})")
-_MONTH_DAY = re.compile(r"^\[(?P<mo>\d\d)-(?P<d>\d\d) " + _HMS + r"\]")  # dora: %m-%d %H:%M:%S
-_SYSLOG = re.compile(r"^(?:<\d{1,3}>)?" + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" ")
-_DMESG_T = re.compile(r"^\[\w{3} " + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" (?P<y>\d{4})\]")
 _KERNEL = re.compile(
     r"^\s*\[\s*\d{1,10}\.\d{1,9}\]|^\[\w{3} \w{3} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]"
     r"|^(?:<\d{1,3}>)?\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d \S{1,64} kernel: |NVRM: |\bXid\b|mlx5_core"
@@ -204,39 +193,14 @@ def _lines(path: Path) -> Iterator[str]:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
 
 
-def _stamp(text: str, year: int) -> datetime | None:
-    """The time a line carries, or None."""
-    head = text[:120]
-    try:
-        if match := _ISO.search(head):
-            g = match.groupdict()
-            micro = int((g["f"] or "0")[:6].ljust(6, "0"))
-            return datetime(int(g["y"]), int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
-                            int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
-        if match := _GLOG.match(head) or _MONTH_DAY.match(head):
-            g = match.groupdict()
-            micro = int((g.get("f") or "0")[:6].ljust(6, "0"))
-            return datetime(year, int(g["mo"]), int(g["d"]), int(g["h"]), int(g["m"]),
-                            int(g["s"]), micro, tzinfo=UTC)  # fmt: skip
-        if match := _SYSLOG.match(head) or _DMESG_T.match(head):
-            g = match.groupdict()
-            return datetime(int(g.get("y") or year), _MONTHS[g["mon"]], int(g["d"]), int(g["h"]),
-                            int(g["m"]), int(g["s"]), tzinfo=UTC)  # fmt: skip
-    except ValueError:  # 30 February and friends
-        return None
-    return None
-
-
 def _base_year(files: list[_File]) -> int:
-    """The year of the directory's first printed date (ISO, or a ``dmesg -T`` stamp), for the
-    stamps that print none (glog, syslog): a glog line of a JAX or PyTorch job and its node's
-    ``dmesg -T`` Xid must fall in the same year to be compared."""
+    """The year of the directory's first printed date (see :func:`~medic.diagnose.stamps.year_of`):
+    a glog line of a JAX or PyTorch job and its node's ``dmesg -T`` Xid must fall in the same
+    year to be compared."""
     for f in files:
-        for count, text in enumerate(_lines(f.path)):
-            if match := _ISO.search(text[:120]) or _DMESG_T.match(text):
-                return int(match.group("y"))
-            if count >= 500:
-                break
+        year = year_of(islice(_lines(f.path), 500))
+        if year is not None:
+            return year
     return 2000  # any leap year: relative order is all that matters without a printed year
 
 
@@ -287,7 +251,7 @@ def diagnose_directory(
             text, tagged = untagged(raw, node_files)
             seq += 1
             f.printed = f.printed or bool(text.strip())
-            stamp = _stamp(strip_rank_prefix(text)[0], year)
+            stamp = line_time(strip_rank_prefix(text)[0], year)
             if stamp is not None:
                 last = stamp
                 f.first_time = f.first_time or stamp

@@ -310,6 +310,15 @@ def test_a_rate_beside_a_step_is_the_inverse_of_the_iteration_time() -> None:
     assert found is not None and float(found.fields["baseline"]) == pytest.approx(4.0)
 
 
+def test_seconds_per_iteration_are_an_iteration_time() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    for step in range(1, 101):
+        took = "2.0" if step <= 30 else "5.0"
+        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "iter_s": took}))
+    found = tracker.check_straggler(at(101.0), SETTINGS)
+    assert found is not None and float(found.fields["baseline"]) == pytest.approx(0.5)
+
+
 def test_throughput_watch_ignores_nonsense() -> None:
     watch = ThroughputWatch()
     watch.add(T0, 0.0)

@@ -39,12 +39,11 @@ Pure: no I/O, no clock reads (``now`` is passed in), never raises on any detecti
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from medic.attribute.deterministic import deterministic_errors, is_curable
+from medic.attribute.deterministic import MAX_DECISIVE, established_errors, listed_errors
 from medic.attribute.evidence import describe, node_list, notes, select_evidence
 from medic.attribute.grouping import (
     DEFAULT_GPUS_PER_NODE,
@@ -82,9 +81,7 @@ job logs are read on different passes; a few seconds apart is the same failure).
 NODE_FAIL_SIGNATURE_ID = SignatureId("medic.scheduler.node_fail")
 """The finding attribution derives from a node the scheduler reports as failed."""
 
-_MAX_DECISIVE = 8
 _FAILING_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL})
-_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
 def fan_out_kernel(
@@ -140,32 +137,6 @@ def _torn_down(d: Detection, detections: Sequence[Detection]) -> bool:
     )
 
 
-def _established(app_roots: Sequence[Detection], run: AttemptEvents) -> list[Detection] | None:
-    """The deciding detections of a deterministic application error, or None.
-
-    A CUDA OOM (a root whose signature says stop) is established on its own; an exception is
-    established when two distinct ranks raised the same one at the same step, unless its message
-    is curable by a retry.
-    """
-    stops = [d for d in app_roots if d.action is JobAction.STOP]
-    if stops:
-        return [d for d in stops if d.signature_id == stops[0].signature_id]
-    groups: dict[tuple[str, str, int | None], list[Detection]] = {}
-    for d in app_roots:
-        if "exception" not in d.fields:
-            continue
-        text = f"{d.fields['exception']}: {d.fields.get('message', '')}"
-        if is_curable(d):
-            continue
-        key = (d.signature_id, _NUMBERS.sub("N", text), run.step_at(d.time))
-        groups.setdefault(key, []).append(d)
-    for members in groups.values():  # insertion order: the group seen first wins
-        ranks = {(d.rank, None) if d.rank is not None else (None, d.node) for d in members}
-        if len(ranks) >= 2:
-            return members
-    return None
-
-
 def _stop_verdict(
     job: Job,
     attempt: int,
@@ -190,26 +161,9 @@ def _stop_verdict(
             + (f" at step {step}" if step is not None else "")
             + f": {describe(head)}"
         ),
-        evidence=select_evidence(decisive[:_MAX_DECISIVE], run, implicated),
+        evidence=select_evidence(decisive[:MAX_DECISIVE], run, implicated),
         time=now,
     )
-
-
-def _deterministic(
-    run: AttemptEvents, in_window: Sequence[Detection], names: Collection[str]
-) -> list[Detection]:
-    """The listed deterministic errors that decide the attempt (rule 4, see
-    :mod:`medic.attribute.deterministic`): none when a root with evidence against a node is in
-    the window, or an infrastructure root came before the error."""
-    listed = deterministic_errors(
-        run.roots, run.confirmations, names, multi_node=len(set(run.nodes)) >= 2
-    )
-    if not listed or any(strength(d) == 3 for d in in_window):
-        return []
-    head = min(listed, key=order)
-    if any(strength(d) == 2 and order(d) < order(head) for d in run.roots):
-        return []
-    return [d for d in listed if d.signature_id == head.signature_id][:_MAX_DECISIVE] or [head]
 
 
 def _root_verdict(
@@ -229,10 +183,10 @@ def _root_verdict(
     cascades = f"; {len(run.cascades)} cascade symptom(s) followed" if run.cascades else ""
     if primary.domain is FaultDomain.APPLICATION:
         app_roots = [d for d in run.roots if d.domain is FaultDomain.APPLICATION]
-        decisive = _established(app_roots, run)
+        decisive = established_errors(app_roots, run)
         if decisive is not None:
             return _stop_verdict(job, attempt, run, decisive, implicated, now)
-    listed = _deterministic(run, in_window, deterministic)
+    listed = listed_errors(run, in_window, deterministic)
     if listed:
         return _stop_verdict(job, attempt, run, listed, implicated, now)
     # STOP comes only from the established-evidence rule above, never from one line.
@@ -390,13 +344,13 @@ def attribute(
     if silent_nodes and failing and not run.implicating:
         when = min((d.time for d in run.all), default=now)
         quiet = silent_node_findings(job.id, attempt, silent_nodes, job.nodes, when)
-        if quiet and not _deterministic(run, run.roots, deterministic):
+        if quiet and not listed_errors(run, run.roots, deterministic):
             run = AttemptEvents(
                 job, attempt, [*given, *quiet], gpus_per_node=gpus_per_node, rank_nodes=rank_nodes
             )
     if run.roots:
         return _root_verdict(job, attempt, run, failed_nodes, now, window_seconds, deterministic)
-    listed = _deterministic(run, [], deterministic) if failing else []
+    listed = listed_errors(run, [], deterministic) if failing else []
     if listed:
         implicated = run.implicated(failed_nodes, failing=True)
         return _stop_verdict(job, attempt, run, listed, implicated, now)

@@ -11,7 +11,12 @@ down, provided nothing else explains the failure first: no root with evidence ag
 the failure window, and no infrastructure root before the error. A message a retry can cure (an
 I/O errno, a NaN) is never deterministic, whatever its class. A *confirmation* in the list (NCCL
 on the loopback interface) counts only in a failing job of two or more nodes: on one node it is
-harmless.
+harmless (:func:`listed_errors`).
+
+An error not in the list is *established* as deterministic when it is a CUDA OOM (a signature
+whose action is stop) or when two distinct ranks raised the same exception (same signature, same
+message with numbers masked) at the same step, unless a retry can cure it
+(:func:`established_errors`).
 
 Pure: no I/O.
 """
@@ -21,9 +26,21 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from medic.domain.diagnosis import Detection, FaultDomain, Role
+from medic.attribute.grouping import AttemptEvents, order, strength
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role
 
-__all__ = ["CURABLE", "deterministic_errors", "is_curable"]
+__all__ = [
+    "CURABLE",
+    "MAX_DECISIVE",
+    "deterministic_errors",
+    "established_errors",
+    "is_curable",
+    "listed_errors",
+]
+
+MAX_DECISIVE = 8
+"""Deciding detections kept as a stop verdict's evidence."""
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 CURABLE = re.compile(
     r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite"
@@ -70,3 +87,48 @@ def deterministic_errors(
             and _listed(d, names)
         ]
     return found
+
+
+def established_errors(
+    app_roots: Sequence[Detection], run: AttemptEvents
+) -> list[Detection] | None:
+    """The deciding detections of a deterministic application error, or None.
+
+    A CUDA OOM (a root whose signature says stop) is established on its own; an exception is
+    established when two distinct ranks raised the same one at the same step, unless its message
+    is curable by a retry.
+    """
+    stops = [d for d in app_roots if d.action is JobAction.STOP]
+    if stops:
+        return [d for d in stops if d.signature_id == stops[0].signature_id]
+    groups: dict[tuple[str, str, int | None], list[Detection]] = {}
+    for d in app_roots:
+        if "exception" not in d.fields:
+            continue
+        text = f"{d.fields['exception']}: {d.fields.get('message', '')}"
+        if is_curable(d):
+            continue
+        key = (d.signature_id, _NUMBERS.sub("N", text), run.step_at(d.time))
+        groups.setdefault(key, []).append(d)
+    for members in groups.values():  # insertion order: the group seen first wins
+        ranks = {(d.rank, None) if d.rank is not None else (None, d.node) for d in members}
+        if len(ranks) >= 2:
+            return members
+    return None
+
+
+def listed_errors(
+    run: AttemptEvents, in_window: Sequence[Detection], names: Collection[str]
+) -> list[Detection]:
+    """The listed deterministic errors that decide the attempt (rule 4, see
+    :mod:`medic.attribute.deterministic`): none when a root with evidence against a node is in
+    the window, or an infrastructure root came before the error."""
+    listed = deterministic_errors(
+        run.roots, run.confirmations, names, multi_node=len(set(run.nodes)) >= 2
+    )
+    if not listed or any(strength(d) == 3 for d in in_window):
+        return []
+    head = min(listed, key=order)
+    if any(strength(d) == 2 and order(d) < order(head) for d in run.roots):
+        return []
+    return [d for d in listed if d.signature_id == head.signature_id][:MAX_DECISIVE] or [head]

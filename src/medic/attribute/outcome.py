@@ -1,13 +1,14 @@
 """Outcomes that decide before any fault does (issue 12, rules 1 and 8).
 
-- **A finished job is not a failure.** Completion in the framework's own words (Megatron's
-  ``[after training is done]``, the HF Trainer's ``Training completed.``, Lightning's
-  ```Trainer.fit` stopped: `max_steps=...` reached``, torchtitan's ``Training completed``, Slurm's
-  ``State: COMPLETED (exit code 0)``, an ``exit code 0`` line, the common ``Training loop
-  finished`` / ``Training complete`` of JAX and hand-written loops), or torchrun's ``worker group
-  successfully finished`` on a node whose agent reported no failure after it, with no agent
-  reporting a final failure: the verdict is ``none``, whatever warnings, teardown errors or
-  retried socket connects the logs carry.
+- **A finished job is not a failure.** Completion in the framework's own words (Megatron's ``[after
+  training is done]``, the HF Trainer's ``Training completed.``, Lightning's ```Trainer.fit`
+  stopped: `max_steps=...` reached``, torchtitan's ``Training completed``, Slurm's ``State:
+  COMPLETED (exit code 0)``, an ``exit code 0`` line, the common ``Training loop finished`` /
+  ``Training complete`` of JAX and hand-written loops, NeMo-RL's ``Max number of steps has been
+  reached``), or torchrun's ``worker group successfully finished`` (Paddle's ``Pod completed``) on
+  a node whose agent reported no failure after it, with no agent reporting a final failure: the
+  verdict is ``none``, whatever warnings, teardown errors or retried socket connects the logs
+  carry.
 - **Scheduler facts win over teardown noise.** A job cancelled by a person (``*** JOB 42 ON
   node001 CANCELLED AT ... ***``, or the scheduler's state ``cancelled``) gets a scheduler verdict
   with action ``none``: no infrastructure blame, never a restart of a person's cancel. One
@@ -52,13 +53,17 @@ COMPLETION_SIGNATURE_IDS = frozenset(
         "lightning.fit_stopped",
         "torchtitan.training_completed",
         "train.loop_finished",
+        "nemo_rl.max_steps_reached",
         "slurm.job_completed",
         "job.exit_code_zero",
     }
 )
 """Completion printed once the training loop is over on every rank, or by the scheduler."""
-_AGENT_SUCCEEDED = "torchelastic.worker_group_succeeded"
-_AGENT_FAILED = frozenset({"torchelastic.child_failed", "torchelastic.worker_group_failed"})
+_AGENT_SUCCEEDED = frozenset({"torchelastic.worker_group_succeeded", "paddle.pod_completed"})
+"""A node's launcher says its own workers finished (torchrun's agent, Paddle's pod)."""
+_AGENT_FAILED = frozenset(
+    {"torchelastic.child_failed", "torchelastic.worker_group_failed", "paddle.trainer_aborted"}
+)
 _CANCELLED = "slurm.cancelled"
 _ENDED_BY_SCHEDULER = frozenset({"slurm.preempted", "slurm.time_limit"})
 _FAILED_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL})
@@ -76,10 +81,10 @@ def completion_evidence(detections: Sequence[Detection]) -> list[Detection]:
         return marks
     last: dict[object, Detection] = {}
     for d in sorted(detections, key=order):
-        if d.signature_id == _AGENT_SUCCEEDED or d.signature_id in _AGENT_FAILED:
+        if d.signature_id in _AGENT_SUCCEEDED or d.signature_id in _AGENT_FAILED:
             last[d.node] = d
     outcomes = list(last.values())
-    if outcomes and all(d.signature_id == _AGENT_SUCCEEDED for d in outcomes):
+    if outcomes and all(d.signature_id in _AGENT_SUCCEEDED for d in outcomes):
         return outcomes
     return []
 

@@ -3,7 +3,8 @@
 ISO 8601 (``2026-06-08 09:00:00,123``, ``2026-06-08T09:00:00``) and nvidia-smi's
 ``2026/06/08 09:00:00.000``; the Hugging Face example scripts' ``06/08/2026 09:00:00``; glog and
 PyTorch's c10 logger (``E0608 09:00:00.123``, ``[W608 09:00:00.123456789 ...]``); dora's
-``[06-08 09:00:00]``; syslog (``Jun  8 09:00:00 host ...``) and ``dmesg -T``
+``[06-08 09:00:00]``, vLLM's and OpenRLHF's ``INFO 06-08 09:00:00``, Nanotron's ``06/08
+09:00:00``; syslog (``Jun  8 09:00:00 host ...``) and ``dmesg -T``
 (``[Mon Jun  8 09:00:00 2026]``). Those without a year take the one given (the directory's first
 printed date, :func:`year_of`). Times are UTC: a post-mortem's clocks only need to agree with
 each other. Pure: no I/O.
@@ -32,7 +33,11 @@ _US_DATE = re.compile(
 # glog pads the month (E0609); PyTorch's c10 logger does not ([W501 18:49:36.689142079 ...] is
 # 1 May, as quoted in vllm-project/vllm-ascend's issues): one or two digits, then the day's two.
 _GLOG = re.compile(r"^\[?[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>\d\d) " + _HMS + r"\.(?P<f>\d{1,9})")
-_MONTH_DAY = re.compile(r"^\[(?P<mo>\d\d)-(?P<d>\d\d) " + _HMS + r"\]")  # dora: %m-%d %H:%M:%S
+_MONTH_DAY = re.compile(
+    r"^(?:\[|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) )?(?P<mo>\d\d)(?P<sep>[-/])(?P<d>\d\d) "
+    + _HMS
+    + r"(?:[\] ]|$)"
+)  # dora's [%m-%d %H:%M:%S], vLLM's and OpenRLHF's "INFO %m-%d %H:%M:%S", Nanotron's %m/%d
 _SYSLOG = re.compile(r"^(?:<\d{1,3}>)?" + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" ")
 _DMESG_T = re.compile(r"^\[\w{3} " + _MON + r" {1,2}(?P<d>\d{1,2}) " + _HMS + r" (?P<y>\d{4})\]")
 

@@ -43,15 +43,16 @@ MAX_DECISIVE = 8
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 CURABLE = re.compile(
-    r"\[Errno (?:5|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite"
+    r"\[Errno (?:3|5|32|103|104|107|108|110|111|112|113|116|121)\]|\b(?:nan|inf)\b|non-finite"
     r"|\b(?:DEADLINE_EXCEEDED|UNAVAILABLE)\b|\btimed? ?out\b|\bTimeout(?:Error)?\b",
     re.IGNORECASE,
 )
-"""Messages a retry can cure even when every rank prints them: I/O errnos of a shared filesystem or
-the network (EIO, ECONNABORTED, ECONNRESET, ENOTCONN, ESHUTDOWN, ETIMEDOUT, ECONNREFUSED,
-EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO), non-finite values (NVRx category 27), and timeouts:
-gRPC's ``DEADLINE_EXCEEDED`` and ``UNAVAILABLE`` (JAX's coordination service raises them as an
-``XlaRuntimeError`` when a peer process is missing or gone), anything that "timed out"."""
+"""Messages a retry can cure even when every rank prints them: errnos of a torn-down peer (ESRCH,
+EPIPE), I/O errnos of a shared filesystem or the network (EIO, ECONNABORTED, ECONNRESET,
+ENOTCONN, ESHUTDOWN, ETIMEDOUT, ECONNREFUSED, EHOSTDOWN, EHOSTUNREACH, ESTALE, EREMOTEIO),
+non-finite values (NVRx category 27), and timeouts: gRPC's ``DEADLINE_EXCEEDED`` and
+``UNAVAILABLE`` (JAX's coordination service raises them as an ``XlaRuntimeError`` when a peer
+process is missing or gone), anything that "timed out"."""
 
 
 def is_curable(d: Detection) -> bool:

@@ -73,6 +73,8 @@ def test_most_tasks_missing_is_not_one_node_s_fault() -> None:
         ("DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: PjRT_Client_Connect", True),
         ("UNAVAILABLE: failed to connect to all addresses", True),
         ("Timed out after 1800 seconds waiting for clients", True),
+        ("[Errno 3] No such process", True),  # a torn-down peer
+        ("[Errno 32] Broken pipe", True),
         ("'t5905'", False),
         ("index 1000 is out of bounds for axis 0 with size 1000", False),
         ("No such file or directory: '/ckpt/iter_0000500'", False),

@@ -327,7 +327,14 @@ def attribute(
     given = [*detections, *node_failures(job, attempt, failed_nodes, now)]
     run = AttemptEvents(job, attempt, given, gpus_per_node=gpus_per_node, rank_nodes=rank_nodes)
     marks = completion_evidence(run.all)
-    if marks:
+    # A listed code error after the loop finished (saving the final model raised AttributeError)
+    # failed the run, and fails it again on every retry: not a completion.
+    failed_after = [
+        d
+        for d in listed_errors(run, [], deterministic)
+        if marks and order(d) > min(map(order, marks))
+    ]
+    if marks and not failed_after:
         return completed_verdict(job, attempt, marks, len(run.roots) + len(run.cascades), now)
     fact = scheduler_fact(job, run.all)
     if fact is not None:

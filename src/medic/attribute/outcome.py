@@ -8,7 +8,9 @@
   reached``), or torchrun's ``worker group successfully finished`` (Paddle's ``Pod completed``) on
   a node whose agent reported no failure after it, with no agent reporting a final failure: the
   verdict is ``none``, whatever warnings, teardown errors or retried socket connects the logs
-  carry.
+  carry, unless an error of ``policy.deterministic_errors`` comes after the completion line (saving
+  the final model raised AttributeError): the program failed after its loop and fails the same way
+  on a retry (decided in :func:`medic.attribute.attribute`).
 - **Scheduler facts win over teardown noise.** A job cancelled by a person (``*** JOB 42 ON
   node001 CANCELLED AT ... ***``, or the scheduler's state ``cancelled``) gets a scheduler verdict
   with action ``none``: no infrastructure blame, never a restart of a person's cancel. One

@@ -6,6 +6,9 @@ warning (a row remap) names no node in a failure it did not cause."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
+
 import pytest
 
 from medic.attribute.deterministic import is_curable
@@ -144,3 +147,19 @@ def test_a_row_remap_warning_names_nobody_in_a_failure_it_did_not_cause() -> Non
     xid = det("xid.fallen_off_bus", "node002", Role.ROOT, at=9, domain=FaultDomain.HARDWARE,
               implicates_node=True)  # fmt: skip
     assert verdict([remap, xid, *errors]).implicated_nodes == {"node002"}
+
+
+# --- 1. a code error after the loop finished is not a completion ---------------------------------
+def test_a_listed_error_after_completion_stops_and_teardown_errors_do_not() -> None:
+    done = det("hf.training_completed", "node001", Role.PROGRESS, at=10, domain=FaultDomain.NONE,
+               action=JobAction.NONE)  # fmt: skip
+    save = det("python.exception", "node001", Role.ROOT, at=20, domain=FaultDomain.APPLICATION,
+               fields={"exception": "TypeError", "message": "not JSON serializable"})  # fmt: skip
+    v = verdict([done, save])
+    assert (v.domain, v.action) == (FaultDomain.APPLICATION, JobAction.STOP)
+    gone = {"exception": "XlaRuntimeError", "message": "UNAVAILABLE: shutdown"}
+    teardown = det("python.exception", "node002", Role.ROOT, at=20,
+                   domain=FaultDomain.APPLICATION, fields=gone)  # fmt: skip
+    assert verdict([done, teardown]).domain is FaultDomain.NONE
+    before = replace(save, time=done.time - timedelta(seconds=5), seq=1)
+    assert verdict([done, before]).domain is FaultDomain.NONE  # raised and caught before the end

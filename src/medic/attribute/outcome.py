@@ -57,14 +57,23 @@ COMPLETION_SIGNATURE_IDS = frozenset(
         "train.loop_finished",
         "nemo_rl.max_steps_reached",
         "slurm.job_completed",
+        "slurm.sacct_completed",
         "job.exit_code_zero",
     }
 )
 """Completion printed once the training loop is over on every rank, or by the scheduler."""
-_AGENT_SUCCEEDED = frozenset({"torchelastic.worker_group_succeeded", "paddle.pod_completed"})
-"""A node's launcher says its own workers finished (torchrun's agent, Paddle's pod)."""
+_AGENT_SUCCEEDED = frozenset(
+    {"torchelastic.worker_group_succeeded", "paddle.pod_completed", "deepspeed.process_exited_ok"}
+)
+"""A node's launcher says its own workers finished (torchrun's agent, Paddle's pod, DeepSpeed's
+launcher for each process)."""
 _AGENT_FAILED = frozenset(
-    {"torchelastic.child_failed", "torchelastic.worker_group_failed", "paddle.trainer_aborted"}
+    {
+        "torchelastic.child_failed",
+        "torchelastic.worker_group_failed",
+        "paddle.trainer_aborted",
+        "deepspeed.process_failed",
+    }
 )
 _CANCELLED = "slurm.cancelled"
 _ENDED_BY_SCHEDULER = frozenset({"slurm.preempted", "slurm.time_limit"})

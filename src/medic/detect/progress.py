@@ -90,9 +90,13 @@ class ProgressTracker:
             self._observe_compute(detection)
         elif step is not None:
             self._observe_iteration(detection, step)
-        elif "it_per_s" in fields:
-            # A rate without a run-wide step (flashy prints a per-epoch index): throughput only.
-            rate = _float(fields["it_per_s"])
+        elif "it_per_s" in fields or "iter_s" in fields:
+            # A rate without a run-wide step (flashy prints a per-epoch index, tqdm-loggable a
+            # rounded count): throughput only.
+            rate = _float(fields.get("it_per_s"))
+            seconds = _float(fields.get("iter_s"))
+            if rate is None and seconds is not None and seconds > 0.0:
+                rate = 1.0 / seconds
             if rate is not None and rate > 0.0 and self._metric in (None, "iter_ms"):
                 self._metric = "iter_ms"
                 self._throughput.add(detection.time, rate)

@@ -301,6 +301,16 @@ def test_a_rate_without_a_step_feeds_the_slow_job_check_only() -> None:
     assert float(found.fields["current"]) == pytest.approx(1.2)
 
 
+def test_seconds_per_iteration_without_a_step_feed_the_slow_job_check() -> None:
+    # tqdm-loggable's "Progress on:train 1.20k/10.0k rate:3.3s/it": the count is rounded.
+    tracker = ProgressTracker(JOB, 0)
+    for k in range(100):
+        took = "0.5" if k < 30 else "1.0"
+        tracker.observe(progress_detection(k * 30.0, {"iter_s": took}))
+    found = tracker.check_straggler(at(3000.0), SETTINGS)
+    assert found is not None and float(found.fields["baseline"]) == pytest.approx(2.0)
+
+
 def test_a_rate_beside_a_step_is_the_inverse_of_the_iteration_time() -> None:
     tracker = ProgressTracker(JOB, 0)
     for step in range(1, 101):

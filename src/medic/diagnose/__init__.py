@@ -49,7 +49,7 @@ Raises :class:`~medic.errors.InputError` for a missing or empty directory, never
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -154,10 +154,12 @@ class _File:
     first_time: datetime | None = None
     printed: bool = False
     """Whether the file has any non-blank line."""
-    stamp_seqs: list[int] = field(default_factory=list)
-    """The (global) numbers of the file's lines that carry a time, in order..."""
-    stamp_times: list[datetime] = field(default_factory=list)
-    """... and those times."""
+    run_starts: list[int] = field(default_factory=list)
+    """Each run of unstamped lines that a stamped line ends: its first (global) line number ..."""
+    run_ends: list[int] = field(default_factory=list)
+    """... the number of the stamped line that ends it ..."""
+    run_end_times: list[datetime] = field(default_factory=list)
+    """... and that line's time (kept per run, not per line: memory follows the runs)."""
 
 
 def _files(directory: Path) -> list[_File]:
@@ -245,6 +247,7 @@ def diagnose_directory(
         f.first_seq = seq + 1
         where.new_file()
         last: datetime | None = None
+        run_start: int | None = None  # first line of the current run of unstamped lines
         batch: list[LogLine] = []
         for raw in _lines(f.path):
             # The tag and colours go first: a glog stamp after "host: " opens the line then.
@@ -255,8 +258,13 @@ def diagnose_directory(
             if stamp is not None:
                 last = stamp
                 f.first_time = f.first_time or stamp
-                f.stamp_seqs.append(seq)
-                f.stamp_times.append(stamp)
+                if run_start is not None:
+                    f.run_starts.append(run_start)
+                    f.run_ends.append(seq)
+                    f.run_end_times.append(stamp)
+                    run_start = None
+            elif run_start is None:
+                run_start = seq
             line = _line(text, tagged, f, node_files, last or _UNTIMED, seq)
             where.note(line, f.node, stamp is not None)
             batch.append(line)
@@ -355,9 +363,13 @@ def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
     for d in detections:
         f = _file_of(d.seq, files, starts)
         if d.role in _FAULT_ROLES and d.seq > 0:
-            i = bisect_left(f.stamp_seqs, d.seq)
-            if i < len(f.stamp_seqs) and 0 < f.stamp_seqs[i] - d.seq <= _NEXT_STAMP_LINES:
-                d = replace(d, time=f.stamp_times[i])
+            i = bisect_right(f.run_ends, d.seq)  # the first run that ends after this line
+            if (
+                i < len(f.run_ends)
+                and f.run_starts[i] <= d.seq
+                and f.run_ends[i] - d.seq <= _NEXT_STAMP_LINES
+            ):
+                d = replace(d, time=f.run_end_times[i])
         if d.time == _UNTIMED:
             d = replace(d, time=f.first_time or fallback)
         result.append(d)

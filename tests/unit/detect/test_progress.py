@@ -288,45 +288,31 @@ def test_tokens_with_thousands_separators_are_numbers() -> None:
     assert found is not None and float(found.fields["baseline"]) == pytest.approx(7512)
 
 
-def test_a_rate_without_a_step_feeds_the_slow_job_check_only() -> None:
-    # flashy's "Train | Epoch 3 | 200/2000 | 1.72 it/sec": the index restarts every epoch.
+@pytest.mark.parametrize(
+    ("field", "before", "after", "with_step", "baseline"),
+    [
+        # flashy's "Train | Epoch 3 | 200/2000 | 1.72 it/sec": the index restarts every epoch.
+        ("it_per_s", "2.0", "1.2", False, 2.0),
+        # tqdm-loggable's "Progress on:train 1.20k/10.0k rate:3.3s/it": the count is rounded.
+        ("iter_s", "0.5", "1.0", False, 2.0),
+        ("it_per_s", "4.0", "2.0", True, 4.0),
+        ("iter_s", "2.0", "5.0", True, 0.5),
+    ],
+)
+def test_a_rate_field_is_a_throughput_with_or_without_a_step(
+    field: str, before: str, after: str, with_step: bool, baseline: float
+) -> None:
     tracker = ProgressTracker(JOB, 0)
     for k in range(100):
-        rate = "2.0" if k < 30 else "1.2"
-        tracker.observe(progress_detection(k * 30.0, {"it_per_s": rate}))
-    assert tracker.progress().last_step is None  # no step: not progress for hang detection
+        fields = {field: before if k < 30 else after}
+        if with_step:
+            fields["step"] = str(k + 1)
+        tracker.observe(progress_detection(k * 30.0, fields))
+    # A rate without a step is not progress for hang detection.
+    assert tracker.progress().last_step == (100 if with_step else None)
     found = tracker.check_straggler(at(3000.0), SETTINGS)
     assert found is not None and found.fields["unit"] == "iterations/s"
-    assert float(found.fields["baseline"]) == pytest.approx(2.0)
-    assert float(found.fields["current"]) == pytest.approx(1.2)
-
-
-def test_seconds_per_iteration_without_a_step_feed_the_slow_job_check() -> None:
-    # tqdm-loggable's "Progress on:train 1.20k/10.0k rate:3.3s/it": the count is rounded.
-    tracker = ProgressTracker(JOB, 0)
-    for k in range(100):
-        took = "0.5" if k < 30 else "1.0"
-        tracker.observe(progress_detection(k * 30.0, {"iter_s": took}))
-    found = tracker.check_straggler(at(3000.0), SETTINGS)
-    assert found is not None and float(found.fields["baseline"]) == pytest.approx(2.0)
-
-
-def test_a_rate_beside_a_step_is_the_inverse_of_the_iteration_time() -> None:
-    tracker = ProgressTracker(JOB, 0)
-    for step in range(1, 101):
-        rate = "4.0" if step <= 30 else "2.0"
-        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "it_per_s": rate}))
-    found = tracker.check_straggler(at(101.0), SETTINGS)
-    assert found is not None and float(found.fields["baseline"]) == pytest.approx(4.0)
-
-
-def test_seconds_per_iteration_are_an_iteration_time() -> None:
-    tracker = ProgressTracker(JOB, 0)
-    for step in range(1, 101):
-        took = "2.0" if step <= 30 else "5.0"
-        tracker.observe(progress_detection(step * 1.0, {"step": str(step), "iter_s": took}))
-    found = tracker.check_straggler(at(101.0), SETTINGS)
-    assert found is not None and float(found.fields["baseline"]) == pytest.approx(0.5)
+    assert float(found.fields["baseline"]) == pytest.approx(baseline)
 
 
 def test_throughput_watch_ignores_nonsense() -> None:

@@ -1,4 +1,6 @@
-"""SQLAlchemy Core tables of medic's database.
+"""SQLAlchemy Core tables of medic's database: the control loop's here, node repair's in
+:mod:`medic.store.repair_tables`, the API's in :mod:`medic.store.api_tables`, all on the one
+:data:`~medic.store.schema.metadata` (re-exported here).
 
 The Alembic migrations create these tables; ``tests/contract/test_store.py`` checks that the
 migrated schema and this metadata agree, so a change here needs a new migration.
@@ -10,11 +12,19 @@ progress and advice may arrive for a job before the inventory has synced it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 
+from medic.store.api_tables import api_sessions, api_tokens, modes
 from medic.store.columns import BigId, JsonText, LongText, UtcDateTime
+from medic.store.repair_tables import (
+    alerts,
+    breakers,
+    node_health,
+    repair_policies,
+    repairs,
+    validations,
+)
+from medic.store.schema import CLUSTER, JOB_ID, MYSQL_TABLE_ARGS, NAME, SHORT, metadata
 
 __all__ = [
     "MEDIC_TABLES",
@@ -39,29 +49,6 @@ __all__ = [
     "validations",
     "verdicts",
 ]
-
-# Explicit constraint names: the same name on every engine, so migrations can refer to them.
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
-
-# utf8mb4 holds any log text; the binary collation makes keys case- and accent-sensitive, as on
-# the other engines (node "gpu-01" and "GPU-01" are two nodes).
-MYSQL_TABLE_ARGS: dict[str, Any] = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    "mysql_collate": "utf8mb4_bin",
-}
-
-CLUSTER = 128
-NAME = 255
-JOB_ID = 128
-SHORT = 32
 
 clusters = sa.Table(
     "clusters",
@@ -249,162 +236,6 @@ cursors = sa.Table(
     metadata,
     sa.Column("source", sa.String(NAME), primary_key=True),
     sa.Column("value", LongText(), nullable=False),
-    **MYSQL_TABLE_ARGS,
-)
-
-# --- node auto-repair ----------------------------------------------------------------------
-alerts = sa.Table(
-    "alerts",
-    metadata,
-    sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("cluster", sa.String(CLUSTER), nullable=False),
-    sa.Column("node", sa.String(NAME), nullable=False),
-    sa.Column("key", sa.String(NAME), nullable=False),
-    sa.Column("source", sa.String(SHORT), nullable=False),
-    sa.Column("detector", sa.String(NAME), nullable=False),
-    sa.Column("summary", LongText(), nullable=False),
-    sa.Column("description", LongText(), nullable=False),
-    sa.Column("severity", sa.String(SHORT), nullable=False),
-    sa.Column("evidence", JsonText(), nullable=False),
-    sa.Column("mapped_action", sa.String(SHORT), nullable=True),
-    sa.Column("xid", sa.Integer(), nullable=True),
-    sa.Column("state", sa.String(SHORT), nullable=False),
-    sa.Column("first_seen", UtcDateTime(), nullable=False),
-    sa.Column("firing_since", UtcDateTime(), nullable=True),
-    sa.Column("last_seen", UtcDateTime(), nullable=False),
-    sa.Column("count", sa.Integer(), nullable=False),
-    # Deduplication: a signal seen again on the same node updates its row instead of adding one.
-    sa.UniqueConstraint("cluster", "node", "key"),
-    **MYSQL_TABLE_ARGS,
-)
-
-repairs = sa.Table(
-    "repairs",
-    metadata,
-    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-    sa.Column("cluster", sa.String(CLUSTER), nullable=False),
-    # One target node per repair, enforced by the schema: a single value, never a list.
-    sa.Column("node", sa.String(NAME), nullable=False),
-    sa.Column("action", sa.String(SHORT), nullable=False),
-    sa.Column("state", sa.String(SHORT), nullable=False),
-    sa.Column("requested_by", sa.String(NAME), nullable=False),
-    sa.Column("requester_kind", sa.String(SHORT), nullable=False),
-    sa.Column("request_id", sa.String(NAME), nullable=True),
-    sa.Column("reason", LongText(), nullable=False),
-    sa.Column("alert_keys", JsonText(), nullable=False),
-    sa.Column("xid", sa.Integer(), nullable=True),
-    sa.Column("approved_by", sa.String(NAME), nullable=True),
-    sa.Column("rule", sa.String(NAME), nullable=True),
-    sa.Column("approved_at", UtcDateTime(), nullable=True),
-    sa.Column("wait_deadline", UtcDateTime(), nullable=True),
-    sa.Column("interrupted_jobs", JsonText(), nullable=False),
-    sa.Column("escalated_from", sa.String(SHORT), nullable=True),
-    sa.Column("boot_id", sa.String(NAME), nullable=True),
-    sa.Column("error", LongText(), nullable=True),
-    sa.Column("evidence", JsonText(), nullable=False),
-    sa.Column("created_at", UtcDateTime(), nullable=False),
-    sa.Column("updated_at", UtcDateTime(), nullable=False),
-    # Which engine carries the repair's current state out, until when (revision 0005).
-    sa.Column("owner", sa.String(NAME), nullable=True),
-    sa.Column("lease_until", UtcDateTime(), nullable=True),
-    # "job/attempt" -> checkpoint step when the wait began (checkpoint mode; revision 0008).
-    sa.Column("checkpoint_baseline", JsonText(), nullable=True),
-    # The idempotency key of repair requests. Rows without a request id hold NULL here, and a
-    # UNIQUE constraint lets NULLs repeat on every engine, so those never collide.
-    sa.UniqueConstraint("cluster", "requested_by", "request_id"),
-    sa.Index(None, "cluster", "node", "state"),
-    sa.Index(None, "cluster", "created_at"),
-    **MYSQL_TABLE_ARGS,
-)
-
-repair_policies = sa.Table(
-    "repair_policies",
-    metadata,
-    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
-    sa.Column("policy", JsonText(), nullable=False),
-    sa.Column("updated_at", UtcDateTime(), nullable=False),
-    **MYSQL_TABLE_ARGS,
-)
-
-breakers = sa.Table(
-    "breakers",
-    metadata,
-    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
-    sa.Column("tripped", sa.Boolean(), nullable=False),
-    sa.Column("tripped_at", UtcDateTime(), nullable=True),
-    sa.Column("reason", LongText(), nullable=True),
-    sa.Column("reset_by", sa.String(NAME), nullable=True),
-    sa.Column("reset_at", UtcDateTime(), nullable=True),
-    **MYSQL_TABLE_ARGS,
-)
-
-node_health = sa.Table(
-    # The read model of node health, written by the repair engine each pass it changes: one row
-    # per node that is not healthy (no row: healthy), with when it entered that health.
-    "node_health",
-    metadata,
-    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
-    sa.Column("node", sa.String(NAME), primary_key=True),
-    sa.Column("health", sa.String(SHORT), nullable=False),
-    sa.Column("since", UtcDateTime(), nullable=False),
-    **MYSQL_TABLE_ARGS,
-)
-
-validations = sa.Table(
-    "validations",
-    metadata,
-    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-    sa.Column("repair_id", sa.Integer(), sa.ForeignKey("repairs.id"), nullable=False),
-    sa.Column("node", sa.String(NAME), nullable=False),
-    sa.Column("outcome", sa.String(SHORT), nullable=False),
-    sa.Column("tests", JsonText(), nullable=False),
-    sa.Column("time", UtcDateTime(), nullable=False),
-    sa.Column("ticket", sa.String(NAME), nullable=True),
-    sa.Index(None, "repair_id"),
-    **MYSQL_TABLE_ARGS,
-)
-
-# --- the HTTP API: tokens, console sessions, run-time modes ----------------------------------
-HASH = 64
-"""A SHA-256 hex digest."""
-TOKEN_NAME = 128
-
-api_tokens = sa.Table(
-    "api_tokens",
-    metadata,
-    sa.Column("name", sa.String(TOKEN_NAME), primary_key=True),
-    sa.Column("role", sa.String(SHORT), nullable=False),
-    # Only the hash of the secret: a stolen database gives no usable token.
-    sa.Column("secret_hash", sa.String(HASH), nullable=False, unique=True),
-    sa.Column("created_at", UtcDateTime(), nullable=False),
-    sa.Column("created_by", sa.String(NAME), nullable=False),
-    sa.Column("revoked_at", UtcDateTime(), nullable=True),
-    **MYSQL_TABLE_ARGS,
-)
-
-api_sessions = sa.Table(
-    "api_sessions",
-    metadata,
-    # The hash of the cookie's session id, never the id itself.
-    sa.Column("id_hash", sa.String(HASH), primary_key=True),
-    sa.Column("token_name", sa.String(TOKEN_NAME), nullable=False),
-    sa.Column("csrf_token", sa.String(HASH), nullable=False),
-    sa.Column("created_at", UtcDateTime(), nullable=False),
-    sa.Column("expires_at", UtcDateTime(), nullable=False),
-    sa.Index(None, "token_name"),
-    sa.Index(None, "expires_at"),
-    **MYSQL_TABLE_ARGS,
-)
-
-modes = sa.Table(
-    "modes",
-    metadata,
-    sa.Column("cluster", sa.String(CLUSTER), primary_key=True),
-    # "" is the whole cluster; any other value names a partition.
-    sa.Column("partition", sa.String(NAME), primary_key=True),
-    sa.Column("mode", sa.String(SHORT), nullable=False),
-    sa.Column("updated_at", UtcDateTime(), nullable=False),
-    sa.Column("updated_by", sa.String(NAME), nullable=False),
     **MYSQL_TABLE_ARGS,
 )
 

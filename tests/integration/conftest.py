@@ -222,9 +222,16 @@ class _Fault:
     raised: int = 0
 
 
+def _names(arg: object, job_id: JobId) -> bool:
+    if isinstance(arg, list | tuple):
+        return any(isinstance(row, tuple) and row and row[0] == job_id for row in arg)
+    return arg == job_id
+
+
 class FaultyStore:
     """``Store`` proxy that delegates everything, except that :meth:`fail` makes one method raise
-    for one job (the job id is the method's second argument, after the cluster)."""
+    for one job (the job id is the method's second argument, after the cluster, or the first
+    item of one of its rows: ``update_progress_many``)."""
 
     def __init__(self, inner: Store) -> None:
         self._inner = inner
@@ -253,7 +260,7 @@ class FaultyStore:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             fault = self._faults.get(name)
-            hit = fault is not None and len(args) > 1 and args[1] == fault.job_id
+            hit = fault is not None and len(args) > 1 and _names(args[1], fault.job_id)
             if fault is not None and hit and (fault.remaining is None or fault.remaining > 0):
                 if fault.remaining is not None:
                     fault.remaining -= 1

@@ -656,8 +656,8 @@ def test_evidence_seen_during_an_error_back_off_is_kept(make_harness: MakeHarnes
     job = h.submit("train-a")
     h.run(WARM_UP)
     # one failed progress write (a database hiccup) puts the job into the 5 s back-off ...
-    store.fail("update_progress", job, RuntimeError("db hiccup (test)"), times=1)
-    h.run_until(lambda: not store.armed("update_progress"), within=10)
+    store.fail("update_progress_many", job, RuntimeError("db hiccup (test)"), times=1)
+    h.run_until(lambda: not store.armed("update_progress_many"), within=10)
     assert len(h.audit(job, AuditKind.LOOP_ERROR)) == 1
     # ... and the GPU falls off the bus during it
     bad = h.inject(XID, job).node
@@ -676,7 +676,7 @@ def test_first_evaluation_error_of_a_job_is_backed_off_too(make_harness: MakeHar
     job = h.submit("train-a")
     h.run(WARM_UP)
     store = FaultyStore(h.store)
-    store.fail("update_progress", job, RuntimeError("db down (test)"))
+    store.fail("update_progress_many", job, RuntimeError("db down (test)"))
     # medic restarts while the job trains: its first pass sees new iteration lines at once
     h.restart(store=store)
     h.clock.advance(0.4)

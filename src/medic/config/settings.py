@@ -73,6 +73,12 @@ class SimSettings:
     node_repair_seconds: float = 60.0
     """Seconds after which a node broken by an injected hardware fault is healthy again (stands
     in for the repair that the node auto-repair issue automates)."""
+    log_profile: str = "demo"
+    """Which lines a healthy job prints (docs/simulator.md): ``demo`` (every node's ``[timing]``
+    line each iteration, so per-node slowness shows, and the iteration line from rank 0) or
+    ``production`` (what a real large job prints: one iteration line per step from the last
+    rank, NCCL INFO set-up lines from every rank at start-up, about 1% harmless warnings, and
+    harmless kernel lines on a few nodes a minute; the scale benchmark's profile)."""
 
 
 @dataclass(frozen=True, slots=True)

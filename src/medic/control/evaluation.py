@@ -33,6 +33,7 @@ from medic.config.settings import Settings
 from medic.control import records
 from medic.control.external import SecondOpinion
 from medic.control.job_modes import JobModes
+from medic.control.progress_writes import ProgressWriteFailed, ProgressWrites
 from medic.control.stores import EvaluationStore
 from medic.control.watch import JobWatch
 from medic.domain.advice import AdviceAction, AdviceRequest
@@ -49,7 +50,6 @@ __all__ = ["JobEvaluator"]
 
 logger = logging.getLogger(__name__)
 
-_PROGRESS_SAVE_SECONDS = 5.0
 _ENDED_BADLY = (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT)
 _RAN = (JobState.RUNNING, JobState.COMPLETED, JobState.PREEMPTED, *_ENDED_BADLY)
 """States an attempt reaches only by running (COMPLETING and CANCELLED may be a queued job's)."""
@@ -88,6 +88,7 @@ class JobEvaluator:
         self._placement_exclusions = placement_exclusions
         self._second_opinion = second_opinion
         self._watches: dict[JobId, JobWatch] = {}
+        self._progress = ProgressWrites(cluster, store)
         self._invalid_options: dict[JobId, str | None] = {}
         self.modes = JobModes(cluster, modes, settings.scheduler.mode)
         """Each watched job's mode; the loop reads the stored modes once per pass."""
@@ -116,14 +117,14 @@ class JobEvaluator:
         jobs running there, and a job that just ended badly there whose failure is not decided
         yet (a kernel line often arrives a pass after the crash it explains)."""
         on_node: dict[NodeName, list[JobId]] = defaultdict(list)
-        for job in jobs:
-            if job.state is JobState.RUNNING or self._awaits_evidence(job):
-                for node in job.nodes:
-                    on_node[node].append(job.id)
         kernel = [d for d in detections if d.job_id is None]
         if kernel:
             # Kernel lines are node evidence (for node repair) whatever the jobs there do.
             self._store.add_detections(self._cluster, kernel)
+            for job in jobs:
+                if job.state is JobState.RUNNING or self._awaits_evidence(job):
+                    for node in job.nodes:
+                        on_node[node].append(job.id)
         routed: dict[JobId, list[Detection]] = defaultdict(list)
         for det in fan_out_kernel(detections, on_node):
             if det.job_id is not None:
@@ -165,7 +166,7 @@ class JobEvaluator:
             self._watches[job.id] = self._resume(watch)
         elif job.restart_count > watch.attempt:
             now = self._clock.now()
-            self._save_progress(job, watch, now, force=True)
+            self._progress.offer(watch, now, force=True)
             if not watch.decided and watch.first_fatal_at is not None and watch.last_job:
                 # The scheduler requeued the attempt before medic decided (a node it declared
                 # down, a preemption): the verdict still names the nodes the next run must avoid.
@@ -190,12 +191,55 @@ class JobEvaluator:
         job: Job,
         routed: dict[JobId, list[Detection]],
         nodes: dict[NodeName, Node],
+        changed_nodes: frozenset[NodeName] | None = None,
     ) -> None:
+        """One pass's evaluation of ``job``. With ``changed_nodes`` (the nodes whose scheduler
+        state changed since the previous pass), a quiet job (:meth:`JobWatch.quiet`: no new line,
+        none of its nodes changed) is skipped: a pass costs what changed, not the cluster's
+        size. Without it, every job is evaluated in full."""
+        now = self._clock.now()
+        known = self._watches.get(job.id)
+        if (
+            known is not None
+            and changed_nodes is not None
+            and job.id not in routed
+            and known.quiet(job, now)
+            and not any(n in changed_nodes for n in job.nodes)
+        ):
+            return
         watch = self._watch(job)
         if watch is None:
             return
+        self._evaluate(job, watch, routed, nodes, now)
+        watch.seen_job = job
+        due = [t for t in (self._progress.due_at(watch),) if t is not None]
+        if job.state is JobState.RUNNING:
+            check = watch.tracker.next_check_at(self._settings.detect)
+            if check is not None:
+                due.append(check)
+        watch.next_due = min(due) if due else None
+
+    def flush(self) -> None:
+        """Write what the pass gathered to write at its end (progress). A failed write backs
+        off each job it held, as if its own evaluation had raised."""
+        try:
+            self._progress.flush()
+        except ProgressWriteFailed as failed:
+            logger.warning("cannot save progress, will retry: %s", failed)
+            for job_id in failed.jobs:
+                self._counts["errors"] += 1
+                self._metrics.loop_error("evaluate")
+                self.back_off(job_id, failed.cause)
+
+    def _evaluate(
+        self,
+        job: Job,
+        watch: JobWatch,
+        routed: dict[JobId, list[Detection]],
+        nodes: dict[NodeName, Node],
+        now: datetime,
+    ) -> None:
         watch.mode = self.modes.of(job)  # an operator may have switched it since the last pass
-        now = self._clock.now()
         if job.state in _RAN:
             watch.started = True
         if job.state is JobState.RUNNING:
@@ -215,7 +259,7 @@ class JobEvaluator:
             ):
                 if derived is not None:
                     self._take(job, watch, [_derived(derived, job.id, watch.attempt)], now)
-        self._save_progress(job, watch, now)
+        self._progress.offer(watch, now)
         if job.state in _ENDED_BADLY and watch.ended_at is None:
             watch.ended_at = now
         if not watch.decided and self._is_ready(job, watch, nodes, now):
@@ -291,9 +335,7 @@ class JobEvaluator:
         if job.state is JobState.COMPLETING and not watch.fatal_while_running:
             return False
         if watch.first_fatal_at is None:
-            return not watch.exclusion_advised and any(
-                d.signature_id.startswith("medic.straggler.") for d in watch.evidence
-            )
+            return not watch.exclusion_advised and watch.straggler_seen
         if job.state is JobState.RUNNING and self._awaits_node_down(watch, nodes, now):
             return False
         return now - watch.first_fatal_at >= settle
@@ -311,6 +353,7 @@ class JobEvaluator:
         return now - watch.node_wait_since < limit
 
     def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
+        self._progress.flush()  # the policy reads the attempts' progress
         existing = self._store.advice_for_job(self._cluster, job.id)
         if (
             existing is not None
@@ -355,25 +398,6 @@ class JobEvaluator:
             self._second_opinion.ask(job, verdict, evidence)
         watch.decided = request.action is not AdviceAction.EXCLUDE_NEXT
         watch.exclusion_advised = not watch.decided
-
-    def _save_progress(
-        self, job: Job, watch: JobWatch, now: datetime, *, force: bool = False
-    ) -> None:
-        progress = watch.saved_progress.merged(watch.tracker.progress())
-        if progress == watch.saved_progress:
-            return
-        saved = watch.saved_progress
-        milestone = (
-            progress.last_checkpoint_step != saved.last_checkpoint_step
-            or progress.first_step != saved.first_step
-            or progress.loaded_checkpoint_step != saved.loaded_checkpoint_step
-        )
-        stale = watch.saved_progress_at is None or (
-            (now - watch.saved_progress_at).total_seconds() >= _PROGRESS_SAVE_SECONDS
-        )
-        if force or milestone or stale:
-            self._store.update_progress(self._cluster, job.id, watch.attempt, progress)
-            watch.saved_progress, watch.saved_progress_at = progress, now
 
     def forget_finished(self, jobs: Sequence[Job]) -> None:
         present = {j.id for j in jobs}

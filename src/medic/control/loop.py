@@ -112,6 +112,7 @@ class ControlLoop:
             before_release=None if repairs is None else repairs.before_release,
         )
         self._counts: defaultdict[str, int] = defaultdict(int)
+        self._last_nodes: dict[NodeName, Node] = {}
         self._jobs = JobEvaluator(
             cluster=self._cluster,
             store=store,
@@ -161,11 +162,22 @@ class ControlLoop:
         detections = self._jobs.route(found, jobs)
         self._repair_pass(nodes, jobs, found)
         node_states = {n.name: n for n in nodes}
+        changed = self._changed_nodes(node_states)
         for job in jobs:
-            self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states))
+            self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states, changed))
+        self._jobs.flush()
         self._reconcile()
         self._jobs.forget_finished(jobs)
         return self._report(started, len(jobs), len(lines))
+
+    def _changed_nodes(self, nodes: dict[NodeName, Node]) -> frozenset[NodeName]:
+        """Nodes whose scheduler state differs from the previous pass's (all, on the first)."""
+        before, self._last_nodes = self._last_nodes, nodes
+        return frozenset(
+            name
+            for name, node in nodes.items()
+            if (old := before.get(name)) is not node and old != node
+        )
 
     def _report(self, started: datetime, jobs: int, lines: int) -> PassReport:
         seconds = (self._clock.now() - started).total_seconds()

@@ -61,6 +61,13 @@ class JobWatch:
     after the scheduler already requeued it)."""
     node_wait_since: datetime | None = None
     """Since when a decision waits for the scheduler to declare a not-responding node down."""
+    straggler_seen: bool = False
+    """A straggler finding is among the evidence (it is decided without a fatal fault)."""
+    seen_job: Job | None = None
+    """The job as it was at the last full evaluation (a quiet job is skipped while unchanged)."""
+    next_due: datetime | None = None
+    """When a time-driven check (hang, straggler, a progress save) falls due without any new
+    line or state change; None: none will."""
 
     def add(self, detection: Detection, stored_at: datetime) -> bool:
         """Take one detection of this attempt; True when its signature is new in the attempt."""
@@ -69,11 +76,33 @@ class JobWatch:
             self.recent_progress.append(detection)
             return False
         self.evidence.append(detection)
+        if detection.signature_id.startswith("medic.straggler."):
+            self.straggler_seen = True
         if self.first_fatal_at is None and is_fatal(detection):
             self.first_fatal_at = stored_at
         new = detection.signature_id not in self.seen_signatures
         self.seen_signatures.add(detection.signature_id)
         return new
+
+    def quiet(self, job: Job, now: datetime) -> bool:
+        """Nothing can have changed for the job since its last full evaluation, given that no
+        line and no node state of it is new: the same attempt in the same scheduler state, no
+        decision pending (a failing attempt waits for its settle time, an ended one for its
+        verdict), no back-off running, and no time-driven check due."""
+        return (
+            self.seen_job == job
+            and self.attempt == job.restart_count
+            and self.retry_after is None
+            and (
+                self.decided
+                or (
+                    self.first_fatal_at is None
+                    and self.ended_at is None
+                    and not (self.straggler_seen and not self.exclusion_advised)
+                )
+            )
+            and (self.next_due is None or now < self.next_due)
+        )
 
     @property
     def previous_attempt(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from medic.config.settings import DetectSettings
 from medic.detect.hang import hang_detection, hang_threshold, percentile
@@ -175,6 +175,19 @@ class ProgressTracker:
             loaded_checkpoint_step=self._loaded,
             last_progress_at=self._last_progress_at,
         )
+
+    def next_check_at(self, settings: DetectSettings) -> datetime | None:
+        """The earliest time :meth:`check_hang` or :meth:`check_straggler` could report
+        something without a new progress line (None: only a new line can change their answer).
+        The loop skips a quiet job until then."""
+        due: list[datetime] = []
+        if "hang" not in self._reported and self._last_progress_at is not None:
+            threshold = hang_threshold(self._intervals, settings)
+            due.append(self._last_progress_at + timedelta(seconds=threshold))
+        if "slow_node" not in self._reported and self._node_slow_since:
+            since = min(self._node_slow_since.values())
+            due.append(since + timedelta(seconds=settings.straggler_seconds))
+        return min(due) if due else None
 
     def check_hang(self, now: datetime, settings: DetectSettings) -> Detection | None:
         """A hang finding when the attempt has been silent for longer than its threshold.

@@ -83,6 +83,13 @@ class Inventory(Protocol):
         """Replace the progress recorded for one attempt (creating the attempt row if needed)."""
         ...
 
+    def update_progress_many(
+        self, cluster: ClusterName, updates: Sequence[tuple[JobId, int, Progress]]
+    ) -> None:
+        """:meth:`update_progress` for many attempts ``(job, attempt, progress)``, in one
+        statement (the control loop's once-a-pass write)."""
+        ...
+
 
 class Evidence(Protocol):
     """What diagnosis found: detections (log lines matched) and verdicts (attempts decided)."""

@@ -48,6 +48,7 @@ class Database:
         self._serial: AbstractContextManager[Any] = (
             threading.RLock() if is_memory_sqlite(engine.url) else nullcontext()
         )
+        self._upserts: dict[tuple[object, ...], sa.Executable] = {}
 
     @property
     def is_mysql(self) -> bool:
@@ -105,8 +106,23 @@ class Database:
 
         Columns in ``keep_first`` keep their stored value unless it is NULL; columns in ``add``
         get the new value added to the stored one (a count). Execute the result with a list of
-        parameter dicts for a bulk upsert.
+        parameter dicts for a bulk upsert. Built once per shape: the loop upserts every pass, and
+        building the statement cost more than running it.
         """
+        key = (table.name, tuple(keys), tuple(update), tuple(keep_first), tuple(add))
+        stmt = self._upserts.get(key)
+        if stmt is None:
+            stmt = self._upserts[key] = self._build_upsert(table, keys, update, keep_first, add)
+        return stmt
+
+    def _build_upsert(
+        self,
+        table: sa.Table,
+        keys: Sequence[str],
+        update: Sequence[str],
+        keep_first: Sequence[str],
+        add: Sequence[str],
+    ) -> sa.Executable:
         if self.is_mysql:
             my = mysql.insert(table)
             # In ON DUPLICATE KEY UPDATE a bare column is the stored value, VALUES() the new one.

@@ -112,7 +112,12 @@ class SqlStore:
     def update_progress(
         self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
     ) -> None:
-        self._inventory.update_progress(cluster, job_id, attempt, progress)
+        self._inventory.update_progress(cluster, [(job_id, attempt, progress)])
+
+    def update_progress_many(
+        self, cluster: ClusterName, updates: Sequence[tuple[JobId, int, Progress]]
+    ) -> None:
+        self._inventory.update_progress(cluster, updates)
 
     # --- diagnosis -------------------------------------------------------------------------
     def add_detections(self, cluster: ClusterName, detections: Sequence[Detection]) -> None:

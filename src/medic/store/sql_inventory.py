@@ -185,26 +185,31 @@ class Inventory:
             )
 
     def update_progress(
-        self, cluster: ClusterName, job_id: JobId, attempt: int, progress: Progress
+        self, cluster: ClusterName, updates: Sequence[tuple[JobId, int, Progress]]
     ) -> None:
-        row = {
-            "cluster": cluster,
-            "job_id": job_id,
-            "number": attempt,
-            "nodes": [],
-            "state": JobState.UNKNOWN.value,
-            "started_at": None,
-            "ended_at": None,
-            "first_step": progress.first_step,
-            "last_step": progress.last_step,
-            "last_checkpoint_step": progress.last_checkpoint_step,
-            "loaded_checkpoint_step": progress.loaded_checkpoint_step,
-            "last_progress_at": progress.last_progress_at,
-        }
+        if not updates:
+            return
+        rows = [
+            {
+                "cluster": cluster,
+                "job_id": job_id,
+                "number": attempt,
+                "nodes": [],
+                "state": JobState.UNKNOWN.value,
+                "started_at": None,
+                "ended_at": None,
+                "first_step": progress.first_step,
+                "last_step": progress.last_step,
+                "last_checkpoint_step": progress.last_checkpoint_step,
+                "loaded_checkpoint_step": progress.loaded_checkpoint_step,
+                "last_progress_at": progress.last_progress_at,
+            }
+            for job_id, attempt, progress in updates
+        ]
         stmt = self._db.upsert(
             attempts, keys=("cluster", "job_id", "number"), update=_PROGRESS_COLUMNS
         )
-        self._db.write(lambda conn: conn.execute(stmt, row))
+        self._db.write(lambda conn: conn.execute(stmt, rows))
 
     # --- reads -----------------------------------------------------------------------------
     def list_nodes(self, cluster: ClusterName | None) -> list[Node]:

@@ -20,10 +20,12 @@ without a partition goes to ``p0``. Faults, reboots and repairs of a node are
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -35,7 +37,7 @@ from medic.domain.logs import LogLine
 from medic.domain.repairs import RepairAction
 from medic.errors import ConfigError, NotFoundError, PermanentError
 from medic.ports import Clock
-from medic.schedulers.sim import faults, node_lifecycle
+from medic.schedulers.sim import faults, node_lifecycle, render
 from medic.schedulers.sim.adapters import (
     SimFaultInjector,
     SimLogSource,
@@ -71,7 +73,7 @@ def _public(
 
     @functools.wraps(method)
     def wrapper(self: SimCluster, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lock:
+        with self._lock, self.meter():
             self._advance()
             try:
                 return method(self, *args, **kwargs)
@@ -103,6 +105,7 @@ class SimCluster:
             node = SimNode(NodeName(f"node{i + 1:0{width}d}"), i, part, settings.seed)
             self.nodes[node.name] = node
             self._placement.add_node(node)
+        self._all_nodes = tuple(self.nodes.values())
         self.jobs: dict[JobId, SimJob] = {}
         self.repairs: list[tuple[NodeName, RepairAction, int, datetime]] = []
         """Repairs carried out through :meth:`execute`: (node, action, repair id, time)."""
@@ -111,6 +114,11 @@ class SimCluster:
         """Cached ``list_nodes`` answer; dropped whenever a node changes."""
         # The demo's API thread and the control loop may call in concurrently.
         self._lock = threading.RLock()
+        self.meter: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+        """Entered around every public call (advancing included): the scale benchmark sets it to
+        stop its clock there, so that the simulator's own work never counts as medic's."""
+        if settings.log_profile == "production":
+            self.events.after(0.0, self._kernel_noise)
         self.scheduler = SimScheduler(self)
         self.logs = SimLogSource(self)
         self.node_provider = SimNodeProvider(self)
@@ -120,7 +128,7 @@ class SimCluster:
     # --- time -------------------------------------------------------------------------------
     def advance(self) -> None:
         """Process everything due up to the clock's now (a clock going backwards is ignored)."""
-        with self._lock:
+        with self._lock, self.meter():
             self._advance()
 
     def _advance(self) -> None:
@@ -312,6 +320,14 @@ class SimCluster:
         if job.run == run and job.state.is_terminal:
             del self.jobs[job.id]
 
+    def _kernel_noise(self) -> None:
+        """``production`` profile: a harmless kernel line on one node, a few nodes a minute per
+        thousand nodes (at least three a minute in all)."""
+        node = self.fault_rng.choice(self._all_nodes)
+        self.lines.kernel(node.name, render.kernel_noise_line(self.fault_rng.randrange(100)))
+        per_minute = max(3.0, 4.0 * len(self.nodes) / 1000.0)
+        self.events.after(60.0 / per_minute, self._kernel_noise)
+
     def _started(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:
         self._node_list = None
         self.training.start(job, nodes)
@@ -326,6 +342,11 @@ def _validate(s: SimSettings) -> None:
         ("sim.nccl_timeout_seconds", s.nccl_timeout_seconds >= 0, "must not be negative"),
         ("sim.startup_seconds", s.startup_seconds >= 0, "must not be negative"),
         ("sim.node_repair_seconds", s.node_repair_seconds >= 0, "must not be negative"),
+        (
+            "sim.log_profile",
+            s.log_profile in ("demo", "production"),
+            "must be demo or production",
+        ),
     ]
     for setting, ok, message in checks:
         if not ok:

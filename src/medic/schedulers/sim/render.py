@@ -21,8 +21,11 @@ __all__ = [
     "ib_victim",
     "init_line",
     "iteration_line",
+    "kernel_noise_line",
     "learning_rate",
     "lm_loss",
+    "nccl_init_lines",
+    "noise_line",
     "oom_line",
     "resume_lines",
     "timing_line",
@@ -39,6 +42,53 @@ NIC_BUS_ID = 0x0C
 
 def init_line(rank: int, world: int) -> str:
     return f"[rank{rank}]: > initializing torch distributed with {world} workers"
+
+
+def nccl_init_lines(node: str, pid: int, local: int, rank: int, world: int, addr: str) -> list[str]:
+    """What NCCL prints per rank at communicator set-up with ``NCCL_DEBUG=INFO`` (the
+    ``production`` log profile): bootstrap and transport choice, then init start and complete."""
+    head = f"{node}:{pid}:{pid} [{local}] NCCL INFO"
+    bus = GPU_BUS_IDS[local % len(GPU_BUS_IDS)]
+    return [
+        f"{head} Bootstrap : Using ib0:{addr}<0>",
+        f"{head} NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:{addr}<0>",
+        f"{head} Using network IB",
+        f"{head} comm 0x55d2c8a4f0 rank {rank} nranks {world} cudaDev {local} nvmlDev {local} "
+        f"busId {bus:02x}000 commId 0x9a1f6e2b7c4d3a10 - Init START",
+        f"{head} Channel 00/32 :    0   1   2   3   4   5   6   7",
+        f"{head} comm 0x55d2c8a4f0 rank {rank} nranks {world} cudaDev {local} nvmlDev {local} "
+        f"busId {bus:02x}000 commId 0x9a1f6e2b7c4d3a10 - Init COMPLETE",
+    ]
+
+
+_NOISE = (
+    "UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed "
+    "explicitly. In version 2.5 we will raise an exception if use_reentrant is not passed.",
+    "FutureWarning: `torch.cuda.amp.autocast(args...)` is deprecated. Please use "
+    "`torch.amp.autocast('cuda', args...)` instead.",
+    "[W reducer.cpp:1389] Warning: find_unused_parameters=True was specified in DDP "
+    "constructor, but did not find any unused parameters in the forward pass.",
+    " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1045472256",
+    "WARNING: Logging before InitGoogleLogging() is written to STDERR",
+)
+_KERNEL_NOISE = (
+    "systemd[1]: Started Session 4711 of User slurm.",
+    "EXT4-fs (nvme0n1p2): re-mounted. Opts: errors=remount-ro. Quota mode: none.",
+    "perf: interrupt took too long (2503 > 2500), lowering kernel.perf_event_max_sample_rate "
+    "to 79750",
+    "nvidia-nvswitch0: open (major=511, minor=0)",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready",
+)
+
+
+def noise_line(rank: int, pick: int) -> str:
+    """A harmless warning or info line of the kind every real job prints (``production``)."""
+    return f"[rank{rank}]: {_NOISE[pick % len(_NOISE)]}"
+
+
+def kernel_noise_line(pick: int) -> str:
+    """A harmless kernel log line (``production``: a few nodes a minute)."""
+    return _KERNEL_NOISE[pick % len(_KERNEL_NOISE)]
 
 
 def resume_lines(job: str, step: int) -> tuple[str, str]:
@@ -74,9 +124,12 @@ def iteration_line(
     tokens_per_s: float,
     loss: float,
     grad_norm: float,
+    rank: int = 0,
 ) -> str:
+    """Megatron's training log line; ``rank``: the rank that prints it (the last one in the
+    ``production`` profile, as Megatron's ``print_rank_last``)."""
     return (
-        f"[rank0]:  [{when:%Y-%m-%d %H:%M:%S}] iteration {step:>8}/{train_iters:>8} | "
+        f"[rank{rank}]:  [{when:%Y-%m-%d %H:%M:%S}] iteration {step:>8}/{train_iters:>8} | "
         f"consumed samples: {step * global_batch:>12} | "
         f"elapsed time per iteration (ms): {iter_ms:.1f} | "
         f"throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "

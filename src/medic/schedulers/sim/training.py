@@ -42,6 +42,8 @@ _COMPUTE_SHARE = 0.85
 _SEQ_LEN = 4096
 _PEAK_TFLOPS = 400.0
 _NUMEL = 26_214_400
+_NOISE_SHARE = 0.01
+"""``production`` profile: share of iterations that also print a harmless warning."""
 
 OnEnd = Callable[[SimJob, tuple[SimNode, ...]], None]
 
@@ -59,6 +61,7 @@ class Training:
         # Pids, ports and GPUs in fault lines: its own generator so fault details never shift
         # the metric jitter of jobs (or the other way round).
         self.rng = random.Random(f"{settings.seed}:details")
+        self.production = settings.log_profile == "production"
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:
@@ -75,6 +78,8 @@ class Training:
         for i, node in enumerate(nodes):
             rank = i * GPUS_PER_NODE
             self._lines.job(job.id, node.name, rank, render.init_line(rank, job.world))
+            if self.production:
+                self._nccl_set_up(job, node, rank)
         startup = self._s.startup_seconds
         if job.saved_step > 0:
             ev.after(startup / 2, self._resume, job, job.run)
@@ -99,6 +104,16 @@ class Training:
             job.end_time = self._events.when()
             job.exit_code = exit_code
         self._on_end(job, nodes)
+
+    def _nccl_set_up(self, job: SimJob, node: SimNode, first: int) -> None:
+        a, b = divmod(node.index + 1, 256)
+        pid = self.rng.randrange(10_000, 99_999)
+        for local in range(GPUS_PER_NODE):
+            rank = first + local
+            for text in render.nccl_init_lines(
+                node.name, pid + local, local, rank, job.world, f"10.0.{a}.{b}"
+            ):
+                self._lines.job(job.id, node.name, rank, text)
 
     # --- faults -----------------------------------------------------------------------------
     def hardware_failure(self, job: SimJob, node: SimNode, kind: FaultKind) -> None:
@@ -159,12 +174,15 @@ class Training:
         jitter = job.rng.random
         emit = self._lines.job
         jid = job.id
-        compute_ms = base * 1000.0 * _COMPUTE_SHARE
-        for i, node in enumerate(job.nodes):
-            rank = i * GPUS_PER_NODE
-            ms = compute_ms * (STRAGGLER_FACTOR if node.slow else 1.0) * (0.98 + 0.04 * jitter())
-            emit(jid, node.name, rank, render.timing_line(rank, step, ms))
+        if not self.production:
+            compute_ms = base * 1000.0 * _COMPUTE_SHARE
+            for i, node in enumerate(job.nodes):
+                rank = i * GPUS_PER_NODE
+                factor = STRAGGLER_FACTOR if node.slow else 1.0
+                ms = compute_ms * factor * (0.98 + 0.04 * jitter())
+                emit(jid, node.name, rank, render.timing_line(rank, step, ms))
         iter_ms = dt * 1000.0 * (0.99 + 0.02 * jitter())
+        last = job.world - 1 if self.production else 0
         text = render.iteration_line(
             self._events.when(),
             step,
@@ -175,9 +193,14 @@ class Training:
             tokens_per_s=job.global_batch * _SEQ_LEN * 1000.0 / iter_ms,
             loss=render.lm_loss(step, 2.0 * jitter() - 1.0),
             grad_norm=0.8 + 1.5 * math.exp(-step / 500.0) + 0.05 * jitter(),
+            rank=last,
         )
         first = job.nodes[0].name
-        emit(jid, first, 0, text)
+        emit(jid, job.nodes[-1].name if self.production else first, last, text)
+        if self.production and jitter() < _NOISE_SHARE:
+            i = int(jitter() * len(job.nodes))
+            rank = i * GPUS_PER_NODE + int(jitter() * GPUS_PER_NODE)
+            emit(jid, job.nodes[i].name, rank, render.noise_line(rank, step))
         if step % self._s.checkpoint_every == 0:
             for line in render.checkpoint_lines(jid, step):
                 emit(jid, first, 0, line)

@@ -189,7 +189,7 @@ class Inventory:
     ) -> None:
         if not updates:
             return
-        rows = [
+        rows: list[dict[str, object]] = [
             {
                 "cluster": cluster,
                 "job_id": job_id,

@@ -60,9 +60,18 @@ class JobModes:
         def mode(partition: str | None) -> Mode:
             return self._default if modes is None else modes.for_partition(partition, self._default)
 
-        return frozenset(
-            n.name for n in nodes if all(mode(p) is Mode.ACT for p in (n.partitions or (None,)))
-        )
+        # Once per distinct set of partitions, not per node: a cluster has few of those.
+        acts: dict[tuple[str, ...], bool] = {}
+        acting: list[NodeName] = []
+        for n in nodes:
+            act = acts.get(n.partitions)
+            if act is None:
+                act = acts[n.partitions] = all(
+                    mode(p) is Mode.ACT for p in (n.partitions or (None,))
+                )
+            if act:
+                acting.append(n.name)
+        return frozenset(acting)
 
     def of(self, job: Job) -> Mode:
         """The job's mode: its comment's override on top of :meth:`stored`."""

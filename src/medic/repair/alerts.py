@@ -71,6 +71,7 @@ __all__ = [
 
 ENGINE = "medic-engine"
 _BUSY = frozenset({RepairState.EXECUTING, RepairState.REJOINING, RepairState.VALIDATING})
+_NONE: frozenset[str] = frozenset()
 _IGNORED_ROLES = frozenset({Role.PROGRESS, Role.NOISE})
 AlertIndex = dict[tuple[NodeName, str], Alert]
 DrainRequests = Callable[[Node, ClusterName], RepairRequest | None]
@@ -166,6 +167,9 @@ class AlertSources:
         """Alerts seen firing (None until the first pass primed it from the store)."""
         self.fired_at: dict[tuple[NodeName, str], datetime] = {}
         """When this engine saw each alert start firing (alert -> recommendation latency)."""
+        self._observed: dict[NodeName, tuple[Node, bool, frozenset[str]]] = {}
+        """Per node, what :meth:`observe` last left behind: its state, whether a repair holds
+        it, the keys of its scheduler alerts."""
 
     def _fire(self, alert: Alert, alerts: AlertIndex, now: datetime) -> int:
         """Record a firing alert; 1 when it was not firing before (audited, counted)."""
@@ -233,15 +237,26 @@ class AlertSources:
             if a.source is AlertSource.SCHEDULER and a.state is AlertState.FIRING:
                 current[a.node].append(a)
         fired = resolved = 0
+        before, seen = self._observed, {}
         for node in nodes:
-            wanted = None if node.name in busy else scheduler_alert(node, self._cluster, now)
-            present = current.get(node.name, [])
-            if wanted is not None and wanted.key not in {a.key for a in present}:
+            name = node.name
+            present = current.get(name, [])
+            inputs = (node, name in busy, frozenset(a.key for a in present) if present else _NONE)
+            if before.get(name) == inputs:
+                # Same node state, repair and alerts as when last examined: nothing to do. A
+                # pass costs the nodes that changed, not the cluster.
+                seen[name] = inputs
+                continue
+            wanted = None if inputs[1] else scheduler_alert(node, self._cluster, now)
+            if wanted is not None and wanted.key not in inputs[2]:
                 fired += self._fire(wanted, alerts, now)
             for a in present:
                 if wanted is None or a.key != wanted.key:
                     alerts[(a.node, a.key)] = self._resolve(a, now, f"node is {node.state.value}")
                     resolved += 1
+            keys = _NONE if wanted is None else frozenset({wanted.key})
+            seen[name] = (node, inputs[1], keys)
+        self._observed = seen
         return fired, resolved
 
     def expire(self, alerts: AlertIndex, repairs: Iterable[Repair], now: datetime) -> int:

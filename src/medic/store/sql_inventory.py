@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Row
 from medic.domain.attempts import Attempt, Progress
 from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.ids import ClusterName, JobId, NodeName
-from medic.store.columns import UtcDateTime, dump_json
+from medic.store.columns import UtcDateTime
 from medic.store.db import Database
 from medic.store.tables import attempts, clusters, jobs, nodes
 
@@ -51,8 +51,7 @@ class Inventory:
         self._lock = threading.Lock()
         self._known_clusters: set[str] = set()
         self._nodes: dict[str, dict[str, Node]] = {}
-        # Job has options excluded from ==, so the cache keeps their JSON next to the job.
-        self._jobs: dict[str, dict[str, tuple[Job, str]]] = {}
+        self._jobs: dict[str, dict[str, Job]] = {}
 
     # --- writes ----------------------------------------------------------------------------
     def ensure_cluster(self, cluster: ClusterName, scheduler: str) -> None:
@@ -78,7 +77,11 @@ class Inventory:
         latest: dict[str, Node] = {node.name: node for node in current}
         with self._lock:
             cached = self._nodes.get(cluster, {})
-            changed = [node for name, node in latest.items() if cached.get(name) != node]
+            changed = [
+                node
+                for name, node in latest.items()
+                if (old := cached.get(name)) is not node and old != node
+            ]
             if changed:
                 rows = [_node_row(cluster, node, now) for node in changed]
                 stmt = self._db.upsert(nodes, keys=("cluster", "name"), update=_NODE_COLUMNS)
@@ -91,12 +94,10 @@ class Inventory:
             self._nodes[cluster] = latest
 
     def sync_jobs(self, cluster: ClusterName, current: Sequence[Job], now: datetime) -> None:
-        latest: dict[str, tuple[Job, str]] = {
-            job.id: (job, dump_json(job.options)) for job in current
-        }
+        latest: dict[str, Job] = {job.id: job for job in current}
         with self._lock:
             cached = self._jobs.get(cluster, {})
-            changed = [job for job, opts in latest.values() if _differs(cached, job, opts)]
+            changed = [job for job in latest.values() if _differs(cached.get(job.id), job)]
             if changed:
                 self._write_or_forget(
                     cluster, lambda conn: self._write_jobs(conn, cluster, changed, now)
@@ -261,9 +262,11 @@ class Inventory:
         return [_attempt(row) for row in rows]
 
 
-def _differs(cached: dict[str, tuple[Job, str]], job: Job, options_json: str) -> bool:
-    previous = cached.get(job.id)
-    return previous is None or previous[0] != job or previous[1] != options_json
+def _differs(previous: Job | None, job: Job) -> bool:
+    # Job leaves its options out of ==; the same snapshot object is the common case.
+    if previous is job:
+        return False
+    return previous is None or previous != job or previous.options != job.options
 
 
 def _node_row(cluster: str, node: Node, now: datetime) -> dict[str, Any]:

@@ -135,7 +135,8 @@ def cordon_nodes(
     repair drains the node itself)."""
     skip = set(busy)
     found: dict[NodeName, Alert] = {}
-    for name in sorted(acting - skip):
+    # Only a node with a firing alert can be cordoned: never walk the whole cluster.
+    for name in sorted(n for n in firing if n in acting and n not in skip):
         node = nodes.get(name)
         if node is None or node.state in OUT_OF_SERVICE:
             continue
@@ -157,8 +158,8 @@ def cordon_lifts(
     return sorted(
         name
         for name, node in nodes.items()
-        if cordon_alert_id(node.reason) is not None
-        and node.state in OUT_OF_SERVICE
+        if node.state in OUT_OF_SERVICE  # first: cheap, and false for most of a cluster
+        and cordon_alert_id(node.reason) is not None
         and name not in skip
         and not any(is_cordon_alert(a) for a in firing.get(name, []))
     )

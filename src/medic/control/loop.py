@@ -162,7 +162,7 @@ class ControlLoop:
         detections = self._jobs.route(found, jobs)
         self._repair_pass(nodes, jobs, found)
         node_states = {n.name: n for n in nodes}
-        changed = self._changed_nodes(node_states)
+        changed = self._changed_nodes(node_states) if self._settings.loop.skip_quiet_jobs else None
         for job in jobs:
             self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states, changed))
         self._jobs.flush()

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
-from medic.config.settings import SimSettings
+from medic.config.settings import SimLogProfile, SimSettings
 from medic.domain.cluster import Job, JobSpec, JobState, Node
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import ClusterName, JobId, NodeName
@@ -117,7 +117,7 @@ class SimCluster:
         self.meter: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         """Entered around every public call (advancing included): the scale benchmark sets it to
         stop its clock there, so that the simulator's own work never counts as medic's."""
-        if settings.log_profile == "production":
+        if settings.log_profile is SimLogProfile.PRODUCTION:
             self.events.after(0.0, self._kernel_noise)
         self.scheduler = SimScheduler(self)
         self.logs = SimLogSource(self)
@@ -342,11 +342,6 @@ def _validate(s: SimSettings) -> None:
         ("sim.nccl_timeout_seconds", s.nccl_timeout_seconds >= 0, "must not be negative"),
         ("sim.startup_seconds", s.startup_seconds >= 0, "must not be negative"),
         ("sim.node_repair_seconds", s.node_repair_seconds >= 0, "must not be negative"),
-        (
-            "sim.log_profile",
-            s.log_profile in ("demo", "production"),
-            "must be demo or production",
-        ),
     ]
     for setting, ok, message in checks:
         if not ok:

@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Callable
 
-from medic.config.settings import SimSettings
+from medic.config.settings import SimLogProfile, SimSettings
 from medic.domain.cluster import JobState
 from medic.domain.faults import FaultKind
 from medic.schedulers.sim import render
@@ -61,7 +61,7 @@ class Training:
         # Pids, ports and GPUs in fault lines: its own generator so fault details never shift
         # the metric jitter of jobs (or the other way round).
         self.rng = random.Random(f"{settings.seed}:details")
-        self.production = settings.log_profile == "production"
+        self.production = settings.log_profile is SimLogProfile.PRODUCTION
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self, job: SimJob, nodes: tuple[SimNode, ...]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from medic.config.settings import DetectSettings, LoopSettings
 from medic.control.evaluation import JobEvaluator
 from medic.domain.cluster import Mode

@@ -15,8 +15,13 @@ process so peak RSS is per phase:
   RUNNING (what a sacct/squeue cron does). medic runs in observe mode there so it does not
   intervene. The simulator's NCCL timeout is 30 s (real PyTorch: 600 s), so this reference is
   generous to the plain approach.
-* ``scale``: 2,000 nodes and 300 running jobs, one fault a second, medic in act mode: time per
-  loop pass (p50/p99, first pass separately) and peak RSS.
+* ``scale``: ``--nodes`` (12,500) and ``--jobs`` (2,000) running, one crash fault a second,
+  medic in act mode, production log rates, on a clock that counts medic's own time only
+  (``benchmarks/loop_scale.py``): pass p50/p99, first pass, detection and action latency
+  p50/p99, lines/s, peak RSS. ``--no-skip-quiet`` evaluates every job every pass (the reference).
+* ``curve`` (not in the default run: about 15 minutes): the scale phase at ``--sizes``
+  (1,000 / 4,000 / 12,500 / 25,000 / 100,000 nodes, jobs scaled with them), the reference up to
+  ``--reference-max-nodes``, and the growth exponent of pass time against size.
 
 The last line printed is one JSON object with every figure.
 """
@@ -41,14 +46,9 @@ from medic.domain.cluster import JobState
 from medic.domain.faults import FaultKind
 from medic.wiring import build
 
-CRASH_KINDS = (
-    FaultKind.GPU_FELL_OFF_BUS,
-    FaultKind.ECC_DBE,
-    FaultKind.IB_LINK_DOWN,
-    FaultKind.NODE_FAIL,
-    FaultKind.APP_BUG,
-    FaultKind.CUDA_OOM,
-)
+sys.path.insert(0, str(Path(__file__).parent))
+from loop_scale import CRASH_KINDS, growth_exponent, run_scale
+
 NVIDIA_RECOVERY_MEAN_S = {"detect": 69.0, "act": 94.0}  # published, unconfirmed (reference docs)
 
 
@@ -172,53 +172,68 @@ def phase_reference(args: argparse.Namespace) -> dict[str, object]:
 
 
 def phase_scale(args: argparse.Namespace) -> dict[str, object]:
-    tmp = Path(tempfile.mkdtemp(prefix="medic-bench-"))
-    settings = _settings(
-        tmp / "scale.db",
-        **{
-            "scheduler.mode": "act",
-            "sim.nodes": 2000,
-            "sim.partitions": 1,
-            "sim.jobs": 300,
-            "sim.nodes_per_job": 6,
-        },
-    )
-    services = build(settings, start_workload=True)
-    driver = DemoDriver(services, fault_every=1.0, kinds=CRASH_KINDS, seed=3)
-    passes: list[float] = []
-    lines = 0
-    first = services.loop.run_once()
-    deadline = time.monotonic() + args.scale_seconds
-    while time.monotonic() < deadline:
-        started = time.monotonic()
-        driver.tick()
-        report = services.loop.run_once()
-        passes.append(report.seconds)
-        lines += report.lines
-        time.sleep(max(0.0, settings.loop.interval_seconds - (time.monotonic() - started)))
-    running = sum(j.state is JobState.RUNNING for j in services.scheduler.list_jobs())
-    summary = driver.summary()
-    services.close()
+    """One cluster size (``--nodes``, ``--jobs``), medic's own time (:mod:`loop_scale`)."""
+    overrides = {} if args.skip_quiet else {"loop.skip_quiet_jobs": False}
+    return run_scale(args.nodes, args.jobs, args.scale_seconds, overrides=overrides)
+
+
+def phase_curve(args: argparse.Namespace) -> dict[str, object]:
+    """The scale phase at every size of ``--sizes`` (jobs: one per 6.25 nodes, 2,000 at 12,500),
+    each in its own process; the reference (every job evaluated every pass) where it finishes
+    within ``--reference-max-nodes``; the growth exponent of pass time against size."""
+    points: dict[str, object] = {}
+    reference: dict[str, object] = {}
+    for nodes in (int(n) for n in args.sizes.split(",")):
+        jobs = max(1, round(nodes * 0.16))
+        common = ["--nodes", str(nodes), "--jobs", str(jobs)]
+        common += ["--scale-seconds", str(args.scale_seconds)]
+        points[str(nodes)] = _subphase("scale", common)
+        print(f"scale {nodes}: {points[str(nodes)]}", file=sys.stderr, flush=True)
+        if nodes <= args.reference_max_nodes:
+            reference[str(nodes)] = _subphase("scale", [*common, "--no-skip-quiet"])
+            print(f"reference {nodes}: {reference[str(nodes)]}", file=sys.stderr, flush=True)
     return {
-        "nodes": settings.sim.nodes,
-        "running_jobs_at_end": running,
-        "passes": len(passes),
-        "first_pass_s": round(first.seconds, 4),
-        "pass_p50_s": percentile(passes, 50),
-        "pass_p99_s": percentile(passes, 99),
-        "lines_per_pass_mean": round(lines / max(1, len(passes)), 1),
-        "faults": summary.faults_injected,
-        "detection_p50_s": summary.detection_latency_p50_s,
-        "action_p50_s": summary.action_latency_p50_s,
-        "peak_rss_mb": _peak_rss_mb(),
+        "sizes": points,
+        "reference_every_job_every_pass": reference,
+        "growth_exponent_pass_p50": _exponent(points, "pass_p50_s"),
+        "growth_exponent_pass_p99": _exponent(points, "pass_p99_s"),
+        "reference_growth_exponent_pass_p50": _exponent(reference, "pass_p50_s"),
+        "reference_over_medic_pass_p50": {
+            n: _ratio(_get(reference[n], "pass_p50_s"), _get(points[n], "pass_p50_s"))
+            for n in reference
+        },
     }
+
+
+def _subphase(phase: str, extra: list[str]) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--phase", phase, *extra]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"phase {phase} {extra} failed:\n{proc.stderr}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(result, dict)
+    return result
+
+
+def _get(point: object, key: str) -> object:
+    return point.get(key) if isinstance(point, dict) else None
+
+
+def _exponent(points: dict[str, object], key: str) -> float | None:
+    pairs = [(float(n), _get(p, key)) for n, p in points.items()]
+    return growth_exponent([(n, float(v)) for n, v in pairs if isinstance(v, int | float)])
 
 
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-PHASES = {"latency": phase_latency, "reference": phase_reference, "scale": phase_scale}
+PHASES = {
+    "latency": phase_latency,
+    "reference": phase_reference,
+    "scale": phase_scale,
+    "curve": phase_curve,
+}
 
 
 def main() -> None:
@@ -228,7 +243,26 @@ def main() -> None:
     parser.add_argument("--hangs", type=int, default=3)
     parser.add_argument("--fault-every", type=float, default=1.0)
     parser.add_argument("--max-seconds", type=float, default=240.0)
-    parser.add_argument("--scale-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--scale-seconds", type=float, default=60.0, help="medic's seconds per scale run"
+    )
+    parser.add_argument("--nodes", type=int, default=12_500, help="scale phase: cluster nodes")
+    parser.add_argument("--jobs", type=int, default=2_000, help="scale phase: running jobs")
+    parser.add_argument(
+        "--no-skip-quiet",
+        dest="skip_quiet",
+        action="store_false",
+        help="scale phase: evaluate every job every pass (the reference)",
+    )
+    parser.add_argument(
+        "--sizes", default="1000,4000,12500,25000,100000", help="curve phase: node counts"
+    )
+    parser.add_argument(
+        "--reference-max-nodes",
+        type=int,
+        default=25_000,
+        help="curve phase: largest size the reference runs at",
+    )
     args = parser.parse_args()
     if args.phase:
         print(json.dumps(PHASES[args.phase](args)))

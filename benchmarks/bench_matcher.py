@@ -86,7 +86,9 @@ def load_signatures(directory: str | None) -> tuple[str, tuple[Signature, ...]]:
     return directory, load_catalogue(Path(directory))
 
 
-def make_corpus(path: Path, lines: int, signatures: Sequence[Signature], seed: int) -> None:
+def make_corpus(
+    path: Path, lines: int, signatures: Sequence[Signature], seed: int, progress: float = 0.01
+) -> None:
     """Write the corpus; near-misses (templates, counter-examples) that some signature of this
     catalogue does match are left out: they would be events, not near-misses."""
     rng = random.Random(seed)
@@ -101,9 +103,9 @@ def make_corpus(path: Path, lines: int, signatures: Sequence[Signature], seed: i
             roll = rng.random()
             if roll < 0.001:
                 text = rng.choice(failures)
-            elif roll < 0.011:
+            elif roll < 0.001 + progress:
                 text = PROGRESS.format(step=i, s=i * 128)
-            elif roll < 0.021 and counters:
+            elif roll < 0.011 + progress and counters:
                 text = rng.choice(counters)
             else:
                 values = {"n": i % 512, "pid": 4000 + i % 97, "tid": 5000 + i % 13, "g": i % 8}

@@ -1,6 +1,9 @@
 """``medic demo``: a simulated 32-node cluster in act mode with a fault every few seconds.
 
 Live view for people; ``--duration S --json`` runs headless and prints one JSON object.
+``--nodes N --jobs J`` makes the cluster as large as wanted (12,500 nodes is a 100,000-GPU
+cluster): beyond :data:`ROWS_SHOWN` jobs the live view shows counts, not one row per job, and the
+simulated jobs print what a real large job prints (the ``production`` log profile).
 """
 
 from __future__ import annotations
@@ -21,17 +24,22 @@ from rich.table import Table
 from medic.cli.common import settings_of
 from medic.control.tasks import LoopThread
 from medic.demo import DemoDriver
+from medic.domain.cluster import Job
 from medic.services import Services
 from medic.wiring import build
 
-__all__ = ["DEMO_OVERRIDES", "register"]
+__all__ = ["DEMO_OVERRIDES", "ROWS_SHOWN", "register", "size_overrides"]
 
+ROWS_SHOWN = 12
+"""Jobs listed one per row in the live view; a larger demo shows counts."""
+
+DEMO_NODES = 32
 # Shorter thresholds than production so hangs and stragglers show within the demo's minutes;
 # crash detection runs on the defaults.
 DEMO_OVERRIDES: dict[str, object] = {
     "scheduler.mode": "act",
     "scheduler.cluster": "demo",
-    "sim.nodes": 32,
+    "sim.nodes": DEMO_NODES,
     "sim.jobs": 6,
     "sim.nccl_timeout_seconds": 20.0,
     "sim.node_repair_seconds": 45.0,
@@ -41,6 +49,27 @@ DEMO_OVERRIDES: dict[str, object] = {
     "repair.alert_clear_seconds": 60.0,
     "repair.critical_alert_clear_seconds": 90.0,
 }
+
+
+def size_overrides(nodes: int | None, jobs: int | None) -> dict[str, object]:
+    """Settings for a demo of ``nodes`` nodes and ``jobs`` jobs (None: the default size): up to
+    four nodes per job, leaving a sixth of the cluster free for requeues; two partitions."""
+    if nodes is None and jobs is None:
+        return {}
+    n = nodes if nodes is not None else DEMO_NODES
+    j = jobs if jobs is not None else max(1, n // 6)
+    if j > n:
+        raise typer.BadParameter(f"{j} jobs do not fit on {n} nodes", param_hint="--jobs")
+    per_job = max(1, min(4, (n * 5 // 6) // j))
+    overrides: dict[str, object] = {
+        "sim.nodes": n,
+        "sim.jobs": j,
+        "sim.nodes_per_job": per_job,
+        "sim.partitions": min(2, n),
+    }
+    if j > ROWS_SHOWN:
+        overrides["sim.log_profile"] = "production"
+    return overrides
 
 
 def register(app: typer.Typer) -> None:
@@ -59,12 +88,20 @@ def register(app: typer.Typer) -> None:
         database: Annotated[
             str | None, typer.Option("--database", help="Database URL (default: a fresh file).")
         ] = None,
+        nodes: Annotated[
+            int | None, typer.Option("--nodes", min=1, help="Simulated nodes (default 32).")
+        ] = None,
+        jobs: Annotated[
+            int | None,
+            typer.Option("--jobs", min=1, help="Training jobs kept running (default: nodes / 6)."),
+        ] = None,
     ) -> None:
         """Watch medic detect injected faults and recover jobs in act mode (Ctrl-C stops)."""
         if as_json and duration is None:
             raise typer.BadParameter("--json needs --duration", param_hint="--json")
         url = database or f"sqlite:///{Path(tempfile.mkdtemp(prefix='medic-demo-')) / 'demo.db'}"
-        settings = settings_of(ctx, **DEMO_OVERRIDES, **{"store.url": url})
+        overrides = {**DEMO_OVERRIDES, **size_overrides(nodes, jobs), "store.url": url}
+        settings = settings_of(ctx, **overrides)
         services = build(settings)  # the driver submits and tops up the jobs itself
         driver = DemoDriver(services, fault_every=fault_every, seed=settings.sim.seed)
         thread = LoopThread(services.loop)
@@ -114,24 +151,25 @@ def _repairs_line(services: Services) -> str:
 
 
 def _view(services: Services, driver: DemoDriver) -> Group:
-    jobs = Table(title=f"Jobs on simulated cluster '{services.cluster}' (act mode)")
-    for col in ("job", "state", "attempt", "nodes", "excluded"):
-        jobs.add_column(col)
-    for j in services.scheduler.list_jobs():
-        if j.state.value in ("running", "pending"):
-            jobs.add_row(
-                j.id,
-                j.state.value,
-                str(j.restart_count),
-                ",".join(j.nodes) or "-",
-                ",".join(sorted(j.excluded_nodes)) or "-",
-            )
+    listed = list(services.scheduler.list_jobs())
     nodes = list(services.scheduler.list_nodes())
-    bad = [f"{n.name} ({n.state.value})" for n in nodes if not n.state.is_usable]
+    bad = [n for n in nodes if not n.state.is_usable]
+    if len(listed) > ROWS_SHOWN:
+        jobs: Table | str = _job_counts(services, listed)
+        out = Counter(n.state.value for n in bad)
+        detail = ", ".join(f"{count} {state}" for state, count in sorted(out.items()))
+    else:
+        jobs = _job_rows(services, listed)
+        detail = ", ".join(f"{n.name} ({n.state.value})" for n in bad)
     health = f"nodes: {len(nodes)} total, {len(nodes) - len(bad)} usable; " + (
-        "out: " + ", ".join(bad) if bad else "all usable"
+        "out: " + detail if bad else "all usable"
     )
     health += _repairs_line(services)
+    report = services.loop.last_report
+    if report is not None:
+        health += (
+            f"\nlast loop pass: {report.seconds:.3f} s, {report.jobs} jobs, {report.lines} lines"
+        )
     faults = Table(title="Faults and recoveries (latest 12)")
     for col in ("fault", "job", "node", "detected as", "verdict", "detect s", "act s", "outcome"):
         faults.add_column(col)
@@ -153,6 +191,34 @@ def _view(services: Services, driver: DemoDriver) -> Group:
         f"action p50 {_fmt(s.action_latency_p50_s)} s   (Ctrl-C to stop)"
     )
     return Group(jobs, health, faults, totals)
+
+
+def _job_rows(services: Services, listed: list[Job]) -> Table:
+    jobs = Table(title=f"Jobs on simulated cluster '{services.cluster}' (act mode)")
+    for col in ("job", "state", "attempt", "nodes", "excluded"):
+        jobs.add_column(col)
+    for j in listed:
+        if j.state.value in ("running", "pending"):
+            jobs.add_row(
+                j.id,
+                j.state.value,
+                str(j.restart_count),
+                ",".join(j.nodes) or "-",
+                ",".join(sorted(j.excluded_nodes)) or "-",
+            )
+    return jobs
+
+
+def _job_counts(services: Services, listed: list[Job]) -> str:
+    """One line for a cluster too large to list: jobs by state, restarts, exclusions."""
+    states = Counter(j.state.value for j in listed)
+    by_state = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    restarts = sum(j.restart_count for j in listed)
+    excluded = sum(1 for j in listed if j.excluded_nodes)
+    return (
+        f"Jobs on simulated cluster '{services.cluster}' (act mode): {len(listed)} ({by_state});"
+        f" {restarts} restarts, {excluded} with nodes excluded"
+    )
 
 
 def _fmt(value: float | None) -> str:

@@ -113,6 +113,8 @@ class ControlLoop:
         )
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._last_nodes: dict[NodeName, Node] = {}
+        self.last_report: PassReport | None = None
+        """The latest pass's report (the demo's live view shows it)."""
         self._jobs = JobEvaluator(
             cluster=self._cluster,
             store=store,
@@ -183,9 +185,10 @@ class ControlLoop:
         seconds = (self._clock.now() - started).total_seconds()
         self._metrics.loop_pass(seconds)
         c = self._counts
-        return PassReport(
+        self.last_report = PassReport(
             jobs, lines, c["detections"], c["verdicts"], c["actions"], c["errors"], seconds
         )
+        return self.last_report
 
     def _repair_pass(
         self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from medic.config.settings import SimSettings
+from medic.config.settings import SimLogProfile, SimSettings
 from medic.domain.cluster import Job, JobSpec, JobState, Node, NodeState
 from medic.domain.faults import FaultKind, FaultRecord
 from medic.domain.ids import JobId, NodeName
@@ -49,10 +49,10 @@ def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def _doc_templates() -> dict[str, list[re.Pattern[str]]]:
+def _doc_templates(heading: str = "## Log lines (") -> dict[str, list[re.Pattern[str]]]:
     templates: dict[str, list[re.Pattern[str]]] = {}
-    # the table of the "Log lines" section only (the repair tables document other things)
-    section = DOC.read_text().split("## Log lines", 1)[1].split("\n## ", 1)[0]
+    # the table of one "Log lines" section only (the repair tables document other things)
+    section = DOC.read_text().split(heading, 1)[1].split("\n## ", 1)[0]
     for row in section.splitlines():
         if not row.startswith("| "):
             continue
@@ -64,6 +64,7 @@ def _doc_templates() -> dict[str, list[re.Pattern[str]]]:
 
 
 TEMPLATES = _doc_templates()
+PRODUCTION = _doc_templates("## Log lines of the `production` profile")
 
 
 def match(kind: str, text: str) -> dict[str, str] | None:
@@ -622,6 +623,27 @@ def test_every_emitted_line_is_documented() -> None:
     assert undocumented == []
     kinds = {documented_kind(ln.text) for ln in w.seen}
     assert kinds == set(TEMPLATES)
+
+
+def test_every_line_of_the_production_profile_is_documented() -> None:
+    w = world(nodes=40, partitions=1, log_profile=SimLogProfile.PRODUCTION)
+    jobs = [w.submit(num_nodes=2) for _ in range(16)]  # half of them healthy throughout
+    w.run(7.0)
+    for job_id, kind in zip(jobs, FaultKind, strict=False):
+        w.sim.fault_injector.inject(kind, job_id)
+    w.run(200.0)
+    both = {**TEMPLATES, **{f"production {k}": v for k, v in PRODUCTION.items()}}
+
+    def kind_of(text: str) -> str | None:
+        return next((k for k, ps in both.items() if any(p.fullmatch(text) for p in ps)), None)
+
+    undocumented = [ln.text for ln in w.seen if kind_of(ln.text) is None]
+    assert undocumented == []
+    kinds = {kind_of(ln.text) for ln in w.seen}
+    assert {f"production {k}" for k in PRODUCTION} <= kinds
+    assert not any("[timing]" in ln.text for ln in w.seen)
+    iteration = [ln for ln in w.seen if "iteration" in ln.text and "consumed samples" in ln.text]
+    assert iteration and all(ln.rank == 15 and ln.text.startswith("[rank15]:") for ln in iteration)
 
 
 # --- determinism and scale ------------------------------------------------------------------------

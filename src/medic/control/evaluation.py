@@ -245,7 +245,11 @@ class JobEvaluator:
         if job.state is JobState.RUNNING:
             watch.last_job = job
         if watch.started:
-            fresh = [_with_attempt(d, watch.attempt) for d in routed.get(job.id, [])]
+            # Progress lines are many and never stored: not copied just to carry the attempt.
+            fresh = [
+                d if d.role is Role.PROGRESS else _with_attempt(d, watch.attempt)
+                for d in routed.get(job.id, [])
+            ]
             self._take(job, watch, fresh, now)
         else:
             self._take_teardown(job, watch, routed.get(job.id, []), now)
@@ -368,7 +372,8 @@ class JobEvaluator:
             else:
                 watch.decided = True
             return
-        evidence = [*watch.recent_progress, *watch.evidence]
+        progress = [_with_attempt(d, watch.attempt) for d in watch.recent_progress]
+        evidence = [*progress, *watch.evidence]
         deterministic = self._settings.policy.deterministic_errors
         verdict = attribute(job, watch.attempt, evidence, now=now, deterministic=deterministic)
         attempts = self._store.list_attempts(self._cluster, job.id)

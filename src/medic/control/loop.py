@@ -64,9 +64,11 @@ class NodeRepairs(Protocol):
         jobs: Sequence[Job],
         detections: Sequence[Detection],
         acting: frozenset[NodeName] = ...,
+        changed: frozenset[NodeName] | None = ...,
     ) -> object:
         """One repair pass over what this loop pass read (detections: every scan result;
-        ``acting``: the nodes in act mode, which it may take out of the pool)."""
+        ``acting``: the nodes in act mode, which it may take out of the pool; ``changed``: the
+        nodes whose state changed since the previous pass)."""
         ...
 
     def placement_exclusions(self) -> frozenset[NodeName]:
@@ -162,11 +164,12 @@ class ControlLoop:
         lines = self._logs.read_new(jobs)
         found = self._diagnoser.scan(lines)
         detections = self._jobs.route(found, jobs)
-        self._repair_pass(nodes, jobs, found)
         node_states = {n.name: n for n in nodes}
-        changed = self._changed_nodes(node_states) if self._settings.loop.skip_quiet_jobs else None
+        changed = self._changed_nodes(node_states)
+        self._repair_pass(nodes, jobs, found, changed)
+        skip = changed if self._settings.loop.skip_quiet_jobs else None
         for job in jobs:
-            self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states, changed))
+            self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states, skip))
         self._jobs.flush()
         self._reconcile()
         self._jobs.forget_finished(jobs)
@@ -191,12 +194,17 @@ class ControlLoop:
         return self.last_report
 
     def _repair_pass(
-        self, nodes: Sequence[Node], jobs: Sequence[Job], detections: Sequence[Detection]
+        self,
+        nodes: Sequence[Node],
+        jobs: Sequence[Job],
+        detections: Sequence[Detection],
+        changed: frozenset[NodeName],
     ) -> None:
         if self._repairs is None:
             return
         try:
-            self._repairs.run_pass(nodes, jobs, detections, self._jobs.modes.acting_nodes(nodes))
+            acting = self._jobs.modes.acting_nodes(nodes)
+            self._repairs.run_pass(nodes, jobs, detections, acting, changed)
         except Exception:  # node repair failing must not stop job recovery
             self._metrics.loop_error("repair")
             logger.exception("node-repair pass failed")

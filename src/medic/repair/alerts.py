@@ -71,7 +71,6 @@ __all__ = [
 
 ENGINE = "medic-engine"
 _BUSY = frozenset({RepairState.EXECUTING, RepairState.REJOINING, RepairState.VALIDATING})
-_NONE: frozenset[str] = frozenset()
 _IGNORED_ROLES = frozenset({Role.PROGRESS, Role.NOISE})
 AlertIndex = dict[tuple[NodeName, str], Alert]
 DrainRequests = Callable[[Node, ClusterName], RepairRequest | None]
@@ -167,9 +166,12 @@ class AlertSources:
         """Alerts seen firing (None until the first pass primed it from the store)."""
         self.fired_at: dict[tuple[NodeName, str], datetime] = {}
         """When this engine saw each alert start firing (alert -> recommendation latency)."""
-        self._observed: dict[NodeName, tuple[Node, bool, frozenset[str]]] = {}
-        """Per node, what :meth:`observe` last left behind: its state, whether a repair holds
-        it, the keys of its scheduler alerts."""
+        self._expected: set[NodeName] = set()
+        """Nodes :meth:`observe` last found wanting a scheduler alert."""
+        self._busy_before: set[NodeName] = set()
+        """Nodes a repair held at the previous :meth:`observe`."""
+        self._examine_all = True
+        """The next :meth:`observe` examines every node (the first, and after one failed)."""
 
     def _fire(self, alert: Alert, alerts: AlertIndex, now: datetime) -> int:
         """Record a firing alert; 1 when it was not firing before (audited, counted)."""
@@ -229,34 +231,42 @@ class AlertSources:
         alerts: AlertIndex,
         repairs: Iterable[Repair],
         now: datetime,
+        changed: frozenset[NodeName] | None = None,
     ) -> tuple[int, int]:
-        """The scheduler's node states as ``slurm:*`` alerts (fired and resolved)."""
+        """The scheduler's node states as ``slurm:*`` alerts (fired and resolved).
+
+        ``changed``: the nodes whose scheduler state changed since the previous pass (None: all
+        of them). Only those are examined, with every node that has or should have a scheduler
+        alert and every node a repair holds or held last pass: any other node had nothing to
+        fire or resolve last pass and still has not. A pass costs what changed."""
         busy = {r.node for r in repairs if r.state in _BUSY}
         current: dict[NodeName, list[Alert]] = defaultdict(list)
         for a in alerts.values():
             if a.source is AlertSource.SCHEDULER and a.state is AlertState.FIRING:
                 current[a.node].append(a)
+        examine = None
+        if changed is not None and not self._examine_all:
+            examine = changed | current.keys() | busy | self._busy_before | self._expected
         fired = resolved = 0
-        before, seen = self._observed, {}
+        self._examine_all = True  # until this pass is through: a failure must not hide a node
         for node in nodes:
             name = node.name
-            present = current.get(name, [])
-            inputs = (node, name in busy, frozenset(a.key for a in present) if present else _NONE)
-            if before.get(name) == inputs:
-                # Same node state, repair and alerts as when last examined: nothing to do. A
-                # pass costs the nodes that changed, not the cluster.
-                seen[name] = inputs
+            if examine is not None and name not in examine:
                 continue
-            wanted = None if inputs[1] else scheduler_alert(node, self._cluster, now)
-            if wanted is not None and wanted.key not in inputs[2]:
+            wanted = None if name in busy else scheduler_alert(node, self._cluster, now)
+            present = current.get(name, [])
+            if wanted is not None and wanted.key not in {a.key for a in present}:
                 fired += self._fire(wanted, alerts, now)
             for a in present:
                 if wanted is None or a.key != wanted.key:
                     alerts[(a.node, a.key)] = self._resolve(a, now, f"node is {node.state.value}")
                     resolved += 1
-            keys = _NONE if wanted is None else frozenset({wanted.key})
-            seen[name] = (node, inputs[1], keys)
-        self._observed = seen
+            if wanted is None:
+                self._expected.discard(name)
+            else:
+                self._expected.add(name)
+        self._busy_before = busy
+        self._examine_all = False
         return fired, resolved
 
     def expire(self, alerts: AlertIndex, repairs: Iterable[Repair], now: datetime) -> int:

@@ -171,8 +171,11 @@ class RepairEngine:
         jobs: Sequence[Job],
         detections: Sequence[Detection],
         acting: frozenset[NodeName] = frozenset(),
+        changed: frozenset[NodeName] | None = None,
     ) -> RepairPassReport:
-        """One pass; ``acting``: the nodes in act mode (cordoned when a critical alert fires)."""
+        """One pass; ``acting``: the nodes in act mode (cordoned when a critical alert fires);
+        ``changed``: the nodes whose scheduler state changed since the previous pass (None: any
+        may have), so that a pass over an unchanged cluster costs little."""
         now = self._clock.now()
         firing_now = self._store.list_alerts(cluster=self._cluster, state=AlertState.FIRING)
         alerts = {(a.node, a.key): a for a in firing_now}
@@ -180,7 +183,7 @@ class RepairEngine:
         repairs = {
             r.id: r for r in self._store.list_repairs(cluster=self._cluster, states=OPEN_STATES)
         }
-        observed, resolved = self._alerts.observe(nodes, alerts, repairs.values(), now)
+        observed, resolved = self._alerts.observe(nodes, alerts, repairs.values(), now, changed)
         resolved += self._alerts.expire(alerts, repairs.values(), now)
         fired += observed + self._alerts.notice(alerts, now)
         repairs |= self._finished_repairs(repairs, now)

@@ -111,16 +111,18 @@ class JobEvaluator:
 
     # ------------------------------------------------------------------ observe
     def route(
-        self, detections: Sequence[Detection], jobs: Sequence[Job]
+        self, detections: Sequence[Detection], jobs: Sequence[Job], *, store_kernel: bool = True
     ) -> dict[JobId, list[Detection]]:
         """Group detections by job, copying kernel ones to every job on the emitting node: the
         jobs running there, and a job that just ended badly there whose failure is not decided
-        yet (a kernel line often arrives a pass after the crash it explains)."""
+        yet (a kernel line often arrives a pass after the crash it explains). ``store_kernel``:
+        store the kernel detections (False: the caller did, a shard worker's coordinator)."""
         on_node: dict[NodeName, list[JobId]] = defaultdict(list)
         kernel = [d for d in detections if d.job_id is None]
         if kernel:
             # Kernel lines are node evidence (for node repair) whatever the jobs there do.
-            self._store.add_detections(self._cluster, kernel)
+            if store_kernel:
+                self._store.add_detections(self._cluster, kernel)
             for job in jobs:
                 if job.state is JobState.RUNNING or self._awaits_evidence(job):
                     for node in job.nodes:
@@ -218,6 +220,27 @@ class JobEvaluator:
             if check is not None:
                 due.append(check)
         watch.next_due = min(due) if due else None
+
+    def evaluate_all(
+        self,
+        jobs: Sequence[Job],
+        routed: dict[JobId, list[Detection]],
+        nodes: dict[NodeName, Node],
+        changed_nodes: frozenset[NodeName] | None,
+    ) -> None:
+        """The pass's evaluation of every job (one that raises is backed off and never stops
+        the others), then the pass's writes, then the watches of jobs gone from the listing
+        are dropped."""
+        for job in jobs:
+            try:
+                self.evaluate(job, routed, nodes, changed_nodes)
+            except Exception as exc:  # one bad job must not stop the pass for the others
+                self._counts["errors"] += 1
+                self._metrics.loop_error("evaluate")
+                logger.exception("job %s: evaluation failed", job.id)
+                self.back_off(job.id, exc)
+        self.flush()
+        self.forget_finished(jobs)
 
     def flush(self) -> None:
         """Write what the pass gathered to write at its end (progress). A failed write backs

@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Protocol
 
 from medic.config.settings import Settings
@@ -168,11 +167,8 @@ class ControlLoop:
         changed = self._changed_nodes(node_states)
         self._repair_pass(nodes, jobs, found, changed)
         skip = changed if self._settings.loop.skip_quiet_jobs else None
-        for job in jobs:
-            self._guarded(job, partial(self._jobs.evaluate, job, detections, node_states, skip))
-        self._jobs.flush()
+        self._jobs.evaluate_all(jobs, detections, node_states, skip)
         self._reconcile()
-        self._jobs.forget_finished(jobs)
         return self._report(started, len(jobs), len(lines))
 
     def _changed_nodes(self, nodes: dict[NodeName, Node]) -> frozenset[NodeName]:
@@ -208,15 +204,6 @@ class ControlLoop:
         except Exception:  # node repair failing must not stop job recovery
             self._metrics.loop_error("repair")
             logger.exception("node-repair pass failed")
-
-    def _guarded(self, job: Job, work: Callable[[], None]) -> None:
-        try:
-            work()
-        except Exception as exc:  # one bad job must not stop the pass for the others
-            self._counts["errors"] += 1
-            self._metrics.loop_error("evaluate")
-            logger.exception("job %s: evaluation failed", job.id)
-            self._jobs.back_off(job.id, exc)
 
     # ------------------------------------------------------------------ act + verify
     def _reconcile(self) -> None:

@@ -13,16 +13,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from medic.config.settings import Settings
-from medic.control.external import SecondOpinion
 from medic.control.loop import ControlLoop
 from medic.detect.catalogue import site_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
 from medic.errors import ConfigError
-from medic.external.attribution_http import HttpAttributionProvider
 from medic.ports import (
-    AuditLog,
     Clock,
     CursorStore,
     FaultInjector,
@@ -45,6 +42,8 @@ from medic.schedulers.slurm.requests import parse_request
 from medic.services import Services
 from medic.store import SqlStore, create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
+from medic.workers import ProcessShardPool
+from medic.workers import second_opinion as make_second_opinion
 
 __all__ = ["SystemClock", "build", "build_scheduler", "open_store"]
 
@@ -123,18 +122,6 @@ def _cluster(
     return _Cluster(sim.scheduler, sim.logs, sim.fault_injector, sim.workload, provider)
 
 
-def _second_opinion(settings: Settings, audit: AuditLog, clock: Clock) -> SecondOpinion | None:
-    """The external attribution service, when one is configured."""
-    if not settings.attribution.url:
-        return None
-    provider = HttpAttributionProvider(
-        settings.attribution.url,
-        timeout_s=settings.attribution.timeout_seconds,
-        name=settings.attribution.name,
-    )
-    return SecondOpinion(provider, audit=audit, clock=clock)
-
-
 def build(
     settings: Settings, *, clock: Clock | None = None, start_workload: bool = False
 ) -> Services:
@@ -159,7 +146,8 @@ def build(
             signatures=diagnoser.signatures,
             drain_requests=parse_request if settings.scheduler.kind == "slurm" else None,
         )
-    second_opinion = _second_opinion(settings, store, clock)
+    second_opinion = make_second_opinion(settings, store, clock)
+    shards = ProcessShardPool(settings) if settings.loop.workers > 1 else None
     loop = ControlLoop(
         scheduler=parts.scheduler,
         logs=parts.logs,
@@ -171,9 +159,12 @@ def build(
         settings=settings,
         repairs=repairs,
         second_opinion=second_opinion,
+        shards=shards,
     )
 
     def close() -> None:
+        if shards is not None:
+            shards.close()
         if second_opinion is not None:
             second_opinion.close()
         store.close()

@@ -8,6 +8,7 @@ trail, the verdicts and the progress stored must be identical; and the skip must
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,13 +24,18 @@ from .conftest import CLUSTER, SIM, Harness, MakeHarness
 SCENARIO_SECONDS = 160.0
 
 
-def _run(make_harness: MakeHarness, *, skip: bool) -> Harness:
+def _run(
+    make_harness: MakeHarness, *, skip: bool, shard: Callable[[Harness], None] | None = None
+) -> Harness:
+    """The scenario; ``shard`` may give the harness a loop with shard workers first."""
     h = make_harness(
         mode=Mode.ACT,
         sim=replace(SIM, nodes=24, nccl_timeout_seconds=5.0),
         detect=DetectSettings(straggler_seconds=20.0, hang_floor_seconds=30.0),
         loop=LoopSettings(skip_quiet_jobs=skip),
     )
+    if shard is not None:
+        shard(h)
     jobs = [h.submit(f"train-{i}", partition=f"p{i % 2}") for i in range(8)]
     h.run(13.0)
     h.inject(FaultKind.GPU_FELL_OFF_BUS, jobs[0])

@@ -164,6 +164,12 @@ class LoopSettings:
     """Seconds between control-loop passes."""
     error_backoff_seconds: float = 5.0
     """How long a job whose evaluation raised is skipped before it is evaluated again."""
+    workers: int = 1
+    """Processes that match log lines and evaluate jobs, each for its own shard of the jobs
+    (a job's shard: CRC-32 of its id modulo ``workers``); the loop's own process keeps what
+    concerns the whole cluster (scheduler, inventory, node repair, acting on advice). 1: all in
+    the loop's process. More than 1 needs a database the processes can share (a file, PostgreSQL
+    or MySQL). See ``docs/scale.md``."""
     skip_quiet_jobs: bool = True
     """Skip, in a pass, the jobs for which nothing changed: same attempt and scheduler state, no
     new log line, no node of theirs changed, no decision pending and no time-driven check (hang,

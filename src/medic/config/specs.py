@@ -118,6 +118,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "policy.max_attempts_without_progress": COUNT,
     "loop.interval_seconds": POSITIVE,
     "loop.error_backoff_seconds": NON_NEGATIVE,
+    "loop.workers": Bounds(1, 64),
     "slurm.ssh_port": PORT,
     "slurm.command_timeout_seconds": POSITIVE,
     "slurm.snapshot_seconds": NON_NEGATIVE,

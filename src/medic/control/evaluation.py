@@ -104,6 +104,14 @@ class JobEvaluator:
             watch.retry_after = self._clock.now() + backoff
         self._audit(job_id, AuditKind.LOOP_ERROR, {"error": repr(exc)})
 
+    def failing(self) -> dict[JobId, tuple[int, datetime]]:
+        """Each watched job whose current attempt has a fatal detection: (attempt, stored at)."""
+        return {
+            job_id: (w.attempt, w.first_fatal_at)
+            for job_id, w in self._watches.items()
+            if w.first_fatal_at is not None
+        }
+
     def first_fatal_at(self, job_id: JobId, attempt: int) -> datetime | None:
         """When the attempt's first fatal detection was stored, if this still watches it."""
         watch = self._watches.get(job_id)

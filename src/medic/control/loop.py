@@ -22,12 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Protocol
 
 from medic.config.settings import Settings
 from medic.control.evaluation import JobEvaluator
 from medic.control.executor import Controller
 from medic.control.external import SecondOpinion
+from medic.control.shards import ShardedJobs, ShardPool
 from medic.control.stores import LoopStore
 from medic.domain.advice import Advice, AdviceAction
 from medic.domain.cluster import Job, Mode, Node
@@ -96,6 +98,7 @@ class ControlLoop:
         settings: Settings,
         repairs: NodeRepairs | None = None,
         second_opinion: SecondOpinion | None = None,
+        shards: ShardPool | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._repairs = repairs
@@ -127,6 +130,16 @@ class ControlLoop:
             placement_exclusions=None if repairs is None else repairs.placement_exclusions,
             second_opinion=second_opinion,
         )
+        self._shards = None
+        if shards is not None:
+            self._shards = ShardedJobs(
+                shards,
+                diagnoser=diagnoser,
+                store_kernel=partial(store.add_detections, self._cluster),
+                metrics=metrics,
+                counts=self._counts,
+                skip_quiet=settings.loop.skip_quiet_jobs,
+            )
         store.ensure_cluster(self._cluster, settings.scheduler.kind)
 
     # ------------------------------------------------------------------ passes
@@ -161,13 +174,21 @@ class ControlLoop:
         self._store.sync_jobs(self._cluster, jobs, now)
         self._jobs.modes.read()
         lines = self._logs.read_new(jobs)
-        found = self._diagnoser.scan(lines)
-        detections = self._jobs.route(found, jobs)
         node_states = {n.name: n for n in nodes}
         changed = self._changed_nodes(node_states)
-        self._repair_pass(nodes, jobs, found, changed)
-        skip = changed if self._settings.loop.skip_quiet_jobs else None
-        self._jobs.evaluate_all(jobs, detections, node_states, skip)
+        if self._shards is not None:
+            found = self._shards.observe(now, jobs, nodes, changed, lines)
+            self._repair_pass(nodes, jobs, found, changed)
+            placement = (
+                frozenset() if self._repairs is None else self._repairs.placement_exclusions()
+            )
+            self._shards.evaluate(self._clock.now(), placement)
+        else:
+            found = self._diagnoser.scan(lines)
+            detections = self._jobs.route(found, jobs)
+            self._repair_pass(nodes, jobs, found, changed)
+            skip = changed if self._settings.loop.skip_quiet_jobs else None
+            self._jobs.evaluate_all(jobs, detections, node_states, skip)
         self._reconcile()
         return self._report(started, len(jobs), len(lines))
 
@@ -222,5 +243,6 @@ class ControlLoop:
                 self._observe_action_latency(advice, outcome.first_effect_at)
 
     def _observe_action_latency(self, advice: Advice, done_at: datetime) -> None:
-        start = self._jobs.first_fatal_at(advice.job_id, advice.attempt) or advice.created_at
+        source = self._jobs if self._shards is None else self._shards
+        start = source.first_fatal_at(advice.job_id, advice.attempt) or advice.created_at
         self._metrics.action_latency(max(0.0, (done_at - start).total_seconds()))

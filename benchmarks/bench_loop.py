@@ -173,7 +173,9 @@ def phase_reference(args: argparse.Namespace) -> dict[str, object]:
 
 def phase_scale(args: argparse.Namespace) -> dict[str, object]:
     """One cluster size (``--nodes``, ``--jobs``), medic's own time (:mod:`loop_scale`)."""
-    overrides = {} if args.skip_quiet else {"loop.skip_quiet_jobs": False}
+    overrides: dict[str, object] = {"loop.workers": args.workers}
+    if not args.skip_quiet:
+        overrides["loop.skip_quiet_jobs"] = False
     return run_scale(args.nodes, args.jobs, args.scale_seconds, overrides=overrides)
 
 
@@ -182,22 +184,29 @@ def phase_curve(args: argparse.Namespace) -> dict[str, object]:
     each in its own process; the reference (every job evaluated every pass) where it finishes
     within ``--reference-max-nodes``; the growth exponent of pass time against size."""
     points: dict[str, object] = {}
+    two: dict[str, object] = {}
     reference: dict[str, object] = {}
     for nodes in (int(n) for n in args.sizes.split(",")):
         jobs = max(1, round(nodes * 0.16))
         common = ["--nodes", str(nodes), "--jobs", str(jobs)]
         common += ["--scale-seconds", str(args.scale_seconds)]
-        points[str(nodes)] = _subphase("scale", common)
-        print(f"scale {nodes}: {points[str(nodes)]}", file=sys.stderr, flush=True)
+        runs = {"1 worker": (points, []), "2 workers": (two, ["--workers", "2"])}
         if nodes <= args.reference_max_nodes:
-            reference[str(nodes)] = _subphase("scale", [*common, "--no-skip-quiet"])
-            print(f"reference {nodes}: {reference[str(nodes)]}", file=sys.stderr, flush=True)
+            runs["reference"] = (reference, ["--no-skip-quiet"])
+        for label, (into, extra) in runs.items():
+            into[str(nodes)] = _subphase("scale", [*common, *extra])
+            print(f"{label} {nodes}: {into[str(nodes)]}", file=sys.stderr, flush=True)
     return {
-        "sizes": points,
+        "one_worker": points,
+        "two_workers": two,
         "reference_every_job_every_pass": reference,
         "growth_exponent_pass_p50": _exponent(points, "pass_p50_s"),
         "growth_exponent_pass_p99": _exponent(points, "pass_p99_s"),
+        "growth_exponent_pass_p50_two_workers": _exponent(two, "pass_p50_s"),
         "reference_growth_exponent_pass_p50": _exponent(reference, "pass_p50_s"),
+        "one_over_two_workers_pass_p50": {
+            n: _ratio(_get(points[n], "pass_p50_s"), _get(two[n], "pass_p50_s")) for n in two
+        },
         "reference_over_medic_pass_p50": {
             n: _ratio(_get(reference[n], "pass_p50_s"), _get(points[n], "pass_p50_s"))
             for n in reference
@@ -248,6 +257,7 @@ def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=12_500, help="scale phase: cluster nodes")
     parser.add_argument("--jobs", type=int, default=2_000, help="scale phase: running jobs")
+    parser.add_argument("--workers", type=int, default=1, help="scale phase: loop.workers")
     parser.add_argument(
         "--no-skip-quiet",
         dest="skip_quiet",

@@ -173,5 +173,9 @@ def run_scale(
         "action_p99_s": summary.action_latency_p99_s,
         "skip_quiet_jobs": settings.loop.skip_quiet_jobs,
         "wall_s": round(wall, 1),
+        "workers": settings.loop.workers,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_worker_mb": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
+        ),
     }

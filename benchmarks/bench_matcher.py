@@ -9,6 +9,9 @@ pinned to one core, on the same file, with the same patterns:
 
 * medic: ``SignatureDiagnoser.scan_bytes`` on the file's bytes (read included; building the
   matcher is reported apart), with the engine it picks here (Hyperscan when installed);
+* the control loop's case, beside it: ``--progress-share`` (30 %) of the lines are progress
+  lines (each one a hit), matched as a file and end to end as the loop does (``scan`` of log
+  lines into detections), on ``--realistic-lines`` lines (``realistic_hits`` in the JSON);
 * ``grep -E -c -f`` (GNU grep, ``LC_ALL=C``) with the patterns converted to POSIX ERE and
   ``rg -c -f`` when ripgrep is installed: a pattern that cannot be converted (look-around,
   back-references) is dropped and counted; a line counts once, whichever pattern matched it;
@@ -37,6 +40,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,8 @@ from medic.detect.matcher import SignatureDiagnoser
 from medic.detect.patterns import UNBOUNDED, compile_pattern, parse_pattern, strip_rank_prefix
 from medic.detect.signatures import Signature
 from medic.domain.diagnosis import Role
+from medic.domain.ids import JobId, NodeName
+from medic.domain.logs import LogLine, LogStream
 
 PROGRESS = (
     "[rank0]:  [2026-01-01 00:10:00] iteration {step:>8}/  100000 | consumed samples: {s:>12} |"
@@ -364,6 +370,36 @@ def run_tools(
     return result
 
 
+def realistic(
+    args: argparse.Namespace, tmp: Path, signatures: Sequence[Signature], diagnoser: Any
+) -> dict[str, Any]:
+    """The control loop's case: ``--progress-share`` of the lines are progress lines (every one
+    a hit), matched as files (``scan_bytes``) and end to end as the loop does (``scan`` on log
+    lines, detections out)."""
+    corpus = tmp / "realistic.log"
+    lines = min(args.lines, args.realistic_lines)
+    make_corpus(corpus, lines, signatures, args.seed, progress=args.progress_share)
+    data = corpus.read_bytes()
+    files = timed(lambda: len(diagnoser.scan_bytes(data)), args.runs, lines)
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    texts = data.decode("utf-8").splitlines()
+    records = [
+        LogLine(LogStream.JOB, text, stamp, NodeName("node001"), JobId("1"), 0, i)
+        for i, text in enumerate(texts)
+    ]
+    loop = timed(lambda: len(diagnoser.scan(records)), args.runs, lines)
+    print(
+        f"medic with {args.progress_share:.0%} progress lines: {files.rate:,.0f} lines/s as a"
+        f" file, {loop.rate:,.0f} lines/s end to end (log lines to detections)"
+    )
+    return {
+        "progress_share": args.progress_share,
+        "lines": lines,
+        "scan_bytes": files.report(),
+        "end_to_end": loop.report(),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=2_000_000)
@@ -372,6 +408,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tool-budget", type=float, default=10.0, help="seconds per grep/rg run")
     parser.add_argument("--catalogue", metavar="DIR", help="a YAML catalogue directory")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--progress-share", type=float, default=0.3, help="realistic case: progress lines"
+    )
+    parser.add_argument(
+        "--realistic-lines", type=int, default=500_000, help="realistic case: lines"
+    )
     args = parser.parse_args(argv)
     args.runs = max(3, args.runs)
     core = min(os.sched_getaffinity(0))
@@ -400,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "lines_per_s": round(medic.rate),
             "medic": {"engine": diagnoser.engine, "build_s": round(build_s, 3), **medic.report()},
         }
+        result["realistic_hits"] = realistic(args, tmp, signatures, diagnoser)
         result |= run_tools(args, tmp, corpus, medic, signatures, diagnoser.engine)
         sample = head(corpus, min(args.re_lines, args.lines), tmp / "re.log")
         patterns = [s.pattern for s in signatures]

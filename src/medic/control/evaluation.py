@@ -28,22 +28,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from medic.attribute.blame import attribute, fan_out_kernel, node_failures
+from medic.attribute.blame import fan_out_kernel, node_failures
 from medic.config.settings import Settings
 from medic.control import records
+from medic.control.decisions import Decisions
 from medic.control.external import SecondOpinion
 from medic.control.job_modes import JobModes
 from medic.control.progress_writes import ProgressWriteFailed, ProgressWrites
 from medic.control.stores import EvaluationStore
-from medic.control.watch import JobWatch
-from medic.domain.advice import AdviceAction, AdviceRequest
+from medic.control.watch import JobWatch, of_attempt
 from medic.domain.audit import AuditKind
 from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.errors import InputError
 from medic.policy.options import parse_job_options
-from medic.policy.recovery import decide, effective_mode
+from medic.policy.recovery import effective_mode
 from medic.ports import Clock, Metrics, ModeStore
 
 __all__ = ["JobEvaluator"]
@@ -89,6 +89,15 @@ class JobEvaluator:
         self._second_opinion = second_opinion
         self._watches: dict[JobId, JobWatch] = {}
         self._progress = ProgressWrites(cluster, store)
+        self._decisions = Decisions(
+            cluster=cluster,
+            store=store,
+            metrics=metrics,
+            policy=settings.policy,
+            counts=counts,
+            placement_exclusions=placement_exclusions,
+            second_opinion=second_opinion,
+        )
         self._invalid_options: dict[JobId, str | None] = {}
         self.modes = JobModes(cluster, modes, settings.scheduler.mode)
         """Each watched job's mode; the loop reads the stored modes once per pass."""
@@ -278,7 +287,7 @@ class JobEvaluator:
         if watch.started:
             # Progress lines are many and never stored: not copied just to carry the attempt.
             fresh = [
-                d if d.role is Role.PROGRESS else _with_attempt(d, watch.attempt)
+                d if d.role is Role.PROGRESS else of_attempt(d, watch.attempt)
                 for d in routed.get(job.id, [])
             ]
             self._take(job, watch, fresh, now)
@@ -308,7 +317,7 @@ class JobEvaluator:
         medic's own included). Kept and audited as that attempt's evidence, never this one's:
         they must not fail the new attempt, and its progress starts from its own lines."""
         ended = [
-            _with_attempt(d, watch.previous_attempt) for d in routed if d.role is not Role.PROGRESS
+            of_attempt(d, watch.previous_attempt) for d in routed if d.role is not Role.PROGRESS
         ]
         if not ended:
             return
@@ -389,51 +398,7 @@ class JobEvaluator:
 
     def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
         self._progress.flush()  # the policy reads the attempts' progress
-        existing = self._store.advice_for_job(self._cluster, job.id)
-        if (
-            existing is not None
-            and existing.attempt >= watch.attempt
-            and (existing.action is not AdviceAction.EXCLUDE_NEXT or watch.first_fatal_at is None)
-        ):
-            # Decided before (by an earlier pass or a medic before a restart): no repeat. A
-            # straggler's exclusion is not the attempt's last word: a fatal fault after it is
-            # decided on its own evidence.
-            if existing.action is AdviceAction.EXCLUDE_NEXT:
-                watch.exclusion_advised = True
-            else:
-                watch.decided = True
-            return
-        progress = [_with_attempt(d, watch.attempt) for d in watch.recent_progress]
-        evidence = [*progress, *watch.evidence]
-        deterministic = self._settings.policy.deterministic_errors
-        verdict = attribute(job, watch.attempt, evidence, now=now, deterministic=deterministic)
-        attempts = self._store.list_attempts(self._cluster, job.id)
-        request = decide(
-            verdict,
-            job,
-            attempts,
-            mode=watch.mode,
-            settings=self._settings.policy,
-            max_attempts_without_progress=watch.max_attempts_without_progress,
-        )
-        if request.action is AdviceAction.NONE:
-            return
-        if existing is not None and existing.action is AdviceAction.EXCLUDE_NEXT:
-            # A straggler found earlier in this job joins the exclusions of its next restart.
-            request = _with_exclusions(request, existing.exclude_nodes)
-        if request.action is AdviceAction.REQUEUE and self._placement_exclusions is not None:
-            # Never back onto a node under repair, out of service or with a critical alert.
-            request = _with_exclusions(request, self._placement_exclusions())
-        self._store.add_verdict(self._cluster, verdict)
-        self._counts["verdicts"] += 1
-        self._store.append_audit(records.verdict_event(self._cluster, verdict, watch.mode, now))
-        advice = self._store.publish_advice(request, now)
-        self._metrics.advice(self._cluster, advice.action.value)
-        self._store.append_audit(records.advice_event(advice, verdict, now))
-        if self._second_opinion is not None:
-            self._second_opinion.ask(job, verdict, evidence)
-        watch.decided = request.action is not AdviceAction.EXCLUDE_NEXT
-        watch.exclusion_advised = not watch.decided
+        self._decisions.decide(job, watch, now)
 
     def forget_finished(self, jobs: Sequence[Job]) -> None:
         present = {j.id for j in jobs}
@@ -448,16 +413,8 @@ class JobEvaluator:
         )
 
 
-def _with_attempt(det: Detection, attempt: int) -> Detection:
-    return det if det.attempt == attempt else replace(det, attempt=attempt)
-
-
 def _derived(det: Detection, job_id: JobId, attempt: int) -> Detection:
     """A finding the loop derived for the job (hang, straggler), stamped with the job and attempt:
     the watch's tracker knows neither, and a detection stored without its job is lost to the
     job's history (and to a restarted medic's ``_resume``)."""
     return replace(det, job_id=job_id, attempt=attempt)
-
-
-def _with_exclusions(request: AdviceRequest, extra: frozenset[NodeName]) -> AdviceRequest:
-    return replace(request, exclude_nodes=request.exclude_nodes | extra)

@@ -8,7 +8,7 @@ scheduler state and new log lines without repeating a decision.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from medic.attribute.blame import is_fatal
@@ -18,7 +18,7 @@ from medic.domain.cluster import Job, Mode
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import JobId, NodeName
 
-__all__ = ["JobWatch"]
+__all__ = ["JobWatch", "of_attempt"]
 
 
 @dataclass(slots=True)
@@ -117,3 +117,8 @@ class JobWatch:
             mode=self.mode,
             max_attempts_without_progress=self.max_attempts_without_progress,
         )
+
+
+def of_attempt(det: Detection, attempt: int) -> Detection:
+    """The detection stamped with the attempt it belongs to (the matcher leaves -1)."""
+    return det if det.attempt == attempt else replace(det, attempt=attempt)

@@ -122,9 +122,15 @@ class LocalSlurm:
         install: bool = True,
         database: Accounting | None = None,
         say: Callable[[str], None] | None = None,
+        offline_nodes: int = 0,
     ) -> None:
+        """``offline_nodes``: that many more node definitions without a slurmd (DOWN), so the
+        controller has the size of a large cluster."""
         if not 1 <= nodes <= 64:
             raise DevClusterError(f"nodes must be between 1 and 64, not {nodes}")
+        if not 0 <= offline_nodes <= 99_999:
+            raise DevClusterError(f"offline_nodes must be between 0 and 99999, not {offline_nodes}")
+        self.offline_nodes = offline_nodes
         root = (state_dir or default_state_dir()).expanduser().resolve()
         self.layout = Layout(root)
         self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
@@ -272,7 +278,7 @@ class LocalSlurm:
         chosen = host.free_ports(2 + len(self.node_names), prefer=prefer)
         ports = Ports(chosen[0], chosen[1], dict(zip(self.node_names, chosen[2:], strict=True)))
         accounting, note = self._accounting_decision()
-        new = Saved(self.node_names, ports, accounting, note, self.db.database)
+        new = Saved(self.node_names, ports, accounting, note, self.db.database, self.offline_nodes)
         if accounting and not any(self.layout.spool.glob("ctld/*")):
             self._drop_database()  # job ids restart at 1: old accounting rows would only confuse
         write_files(self.layout, new, self.db, cluster=CLUSTER_NAME)

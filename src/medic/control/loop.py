@@ -189,12 +189,15 @@ class ControlLoop:
             self._repair_pass(nodes, jobs, found, changed)
             skip = changed if self._settings.loop.skip_quiet_jobs else None
             self._jobs.evaluate_all(jobs, detections, node_states, skip)
+        # Only now: a pass that failed before this point leaves its changes to the next one.
+        self._last_nodes = node_states
         self._reconcile()
         return self._report(started, len(jobs), len(lines))
 
     def _changed_nodes(self, nodes: dict[NodeName, Node]) -> frozenset[NodeName]:
-        """Nodes whose scheduler state differs from the previous pass's (all, on the first)."""
-        before, self._last_nodes = self._last_nodes, nodes
+        """Nodes whose scheduler state differs from the last pass that went through (all, on
+        the first)."""
+        before = self._last_nodes
         return frozenset(
             name
             for name, node in nodes.items()

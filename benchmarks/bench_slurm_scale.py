@@ -12,7 +12,12 @@ that size), and times, median of ``--runs`` runs each:
 * medic's own snapshot reads, command and parsing included: ``SlurmScheduler.list_nodes`` and
   ``list_jobs``, and one ``get_job``.
 
-The output sizes are reported with the times. The last line printed is one JSON object.
+The output sizes are reported with the times. Before that, without Slurm, tailing at the same
+size: ``--jobs`` job logs and ``--nodes`` kernel logs in a temporary directory, a line appended to
+a fifth of the job logs and to a few kernel logs before each pass (a job prints about once a
+second, a pass is 0.2 s), and ``SlurmLogSource.read_new`` timed per pass with every file polled
+(``slurm.log_full_poll_seconds: 0``, the reference) and with file notifications (1 s full
+polls). ``--tailing-only`` skips Slurm. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from typing import Any
 
 from medic.config.settings import SlurmSettings
 from medic.dev.slurm import LocalSlurm
-from medic.domain.ids import ClusterName, JobId
-from medic.schedulers.slurm import LocalRunner, SlurmScheduler
+from medic.domain.cluster import Job, JobState
+from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.schedulers.slurm import LocalRunner, SlurmLogSource, SlurmScheduler
+from medic.testing import FakeClock
 
 LIVE_NODES = 4
 
@@ -58,13 +65,81 @@ def _submit(env: dict[str, str], jobs: int) -> None:
         left -= n
 
 
+class _Cursors:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def get_cursor(self, source: str) -> str | None:
+        return self.values.get(source)
+
+    def set_cursor(self, source: str, value: str) -> None:
+        self.values[source] = value
+
+
+def tailing(nodes: int, jobs: int, passes: int = 50) -> dict[str, Any]:
+    """Per-pass cost of reading new lines, polled against notified (see the docstring)."""
+    root = Path(tempfile.mkdtemp(prefix="medic-tail-"))
+    (root / "jobs").mkdir()
+    (root / "kern").mkdir()
+    listing = []
+    for i in range(nodes):
+        (root / "kern" / f"n{i:05d}.log").write_bytes(b"boot\n")
+    for i in range(jobs):
+        out = root / "jobs" / f"{i}.out"
+        out.write_bytes(b"start\n")
+        listing.append(
+            Job(
+                id=JobId(str(i)),
+                cluster=ClusterName("c"),
+                name=f"train-{i}",
+                state=JobState.RUNNING,
+                partition="p0",
+                nodes=(NodeName(f"n{(i * 6) % nodes:05d}"),),
+                log_paths=(str(out),),
+            )
+        )
+    result: dict[str, Any] = {"files": nodes + jobs}
+    for label, full_poll in (("polled", 0.0), ("notified", 1.0)):
+        clock = FakeClock()
+        settings = SlurmSettings(
+            kernel_log_template=str(root / "kern" / "{node}.log"), log_full_poll_seconds=full_poll
+        )
+        source = SlurmLogSource(_Cursors(), settings, clock=clock)
+        source.read_new(listing)
+        seconds, lines = [], 0
+        for n in range(passes):
+            for i in range(n % 5, jobs, 5):
+                with (root / "jobs" / f"{i}.out").open("ab") as handle:
+                    handle.write(b"iteration\n")
+            for i in range(n % 3, nodes, max(1, nodes // 3)):
+                with (root / "kern" / f"n{i:05d}.log").open("ab") as handle:
+                    handle.write(b"kernel line\n")
+            clock.advance(0.2)
+            start = time.perf_counter()
+            lines += len(source.read_new(listing))
+            seconds.append(time.perf_counter() - start)
+        result[label] = {
+            "pass_p50_s": round(statistics.median(seconds), 4),
+            "pass_max_s": round(max(seconds), 4),
+            "lines": lines,
+        }
+        print(f"tailing, {label}: {result[label]}", file=sys.stderr, flush=True)
+    polled, notified = result["polled"]["pass_p50_s"], result["notified"]["pass_p50_s"]
+    result["polled_over_notified_p50"] = round(polled / notified, 1) if notified else None
+    return result
+
+
 def main() -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--state-dir", type=Path, default=None)
+    parser.add_argument("--tailing-only", action="store_true", help="no Slurm: tailing only")
     args = parser.parse_args()
+    tail = tailing(args.nodes, args.jobs)
+    if args.tailing_only:
+        return {"nodes": args.nodes, "jobs": args.jobs, "tailing": tail}
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="medic-slurm-scale-"))
     cluster = LocalSlurm(
         state, nodes=LIVE_NODES, offline_nodes=args.nodes - LIVE_NODES, accounting=False
@@ -74,7 +149,8 @@ def main() -> dict[str, Any]:
         started = time.perf_counter()
         _submit(env, args.jobs)
         submit_s = round(time.perf_counter() - started, 1)
-        result: dict[str, Any] = {"nodes": args.nodes, "jobs": args.jobs, "submit_s": submit_s}
+        result: dict[str, Any] = {"nodes": args.nodes, "jobs": args.jobs, "tailing": tail}
+        result["submit_s"] = submit_s
         commands = {
             "squeue_json": ["squeue", "--json"],
             "sinfo_nodes_json": ["sinfo", "-N", "--json"],

@@ -214,6 +214,12 @@ class SlurmSettings:
     kernel_log_template: str = ""
     """Path of each node's kernel log as seen from medic, with ``{node}`` for the node name
     (e.g. ``/var/log/nodes/{node}/kern.log``); empty: kernel logs are not read."""
+    log_full_poll_seconds: float = 1.0
+    """How often every tailed log file (job output, kernel logs) is read whatever file
+    notifications said. Between full polls only the files inotify reports written are read,
+    with those seen growing without a notification (written by another host to a shared
+    filesystem) at every pass (``docs/scale.md``). 0: read every file every pass (no
+    notifications)."""
     opt_in: bool = True
     """Only watch jobs whose comment carries a ``"medic"`` section."""
     reboot_nextstate: RebootNextState = RebootNextState.RESUME

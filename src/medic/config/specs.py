@@ -122,6 +122,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "slurm.ssh_port": PORT,
     "slurm.command_timeout_seconds": POSITIVE,
     "slurm.snapshot_seconds": NON_NEGATIVE,
+    "slurm.log_full_poll_seconds": NON_NEGATIVE,
     "controller.watchdog_timeout_seconds": POSITIVE,
     "controller.poll_seconds": POSITIVE,
     "attribution.timeout_seconds": POSITIVE,

@@ -4,6 +4,7 @@ from the stored cursor, undecodable bytes, huge lines, kernel logs and rank pref
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,8 +57,18 @@ def cursors() -> Cursors:
     return Cursors()
 
 
+FULL_POLL = 1.0
+
+
+@pytest.fixture(autouse=True, params=[1.0, 0.0], ids=["notified", "polled"])
+def _reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: files read when inotify names them (the fake clock never reaches the
+    next full poll), and every file read every pass."""
+    monkeypatch.setattr(sys.modules[__name__], "FULL_POLL", request.param)
+
+
 def source(cursors: Cursors, template: str = "", clock: FakeClock | None = None) -> SlurmLogSource:
-    settings = SlurmSettings(kernel_log_template=template)
+    settings = SlurmSettings(kernel_log_template=template, log_full_poll_seconds=FULL_POLL)
     return SlurmLogSource(cursors, settings, clock=clock or FakeClock())
 
 

@@ -13,6 +13,12 @@ replaced, and a line longer than ``MAX_LINE_BYTES`` is cut there and marked ``[t
 Without a stored cursor, the kernel logs present at the first call are read from their end (their
 history predates medic); kernel logs that appear later and job output from their start.
 
+Not every file is opened every pass: between full polls (every ``slurm.log_full_poll_seconds``)
+only the files inotify names as written are read (:mod:`~medic.schedulers.slurm.filewatch`), with
+new files, ended jobs' files, files in directories that cannot be watched, and files seen
+growing without a notification (another host writing to a shared filesystem), which are read
+every pass. At 14,500 files that is 0.03 s a pass instead of 0.1 s (``docs/scale.md``).
+
 Files are read on this host: with ``slurm.runner: ssh`` the paths must be visible here too (a
 shared filesystem); reading them through SSH is not implemented yet.
 """
@@ -20,6 +26,7 @@ shared filesystem); reading them through SSH is not implemented yet.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -32,6 +39,7 @@ from medic.domain.cluster import Job
 from medic.domain.ids import JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
 from medic.ports import Clock, CursorStore
+from medic.schedulers.slurm.filewatch import FileWatch
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -50,6 +58,8 @@ RESCAN_SECONDS = 30.0
 TRUNCATED = " [truncated]"
 CURSOR_PREFIX = "slurm-log:"
 _EPOCH = datetime.fromtimestamp(0, UTC)
+
+logger = logging.getLogger(__name__)
 
 
 def parse_rank(text: str) -> int | None:
@@ -93,13 +103,64 @@ class SlurmLogSource:
         self._seq = 0
         self._started = False
         """After the first call: kernel logs that appear later are read from their start."""
+        self._full_poll = settings.log_full_poll_seconds
+        self._watch = FileWatch(enabled=self._full_poll > 0)
+        self._polled_at: datetime | None = None
+        self._notified: set[str] = set()
+        """Files notifications named since the last full poll."""
+        self._unexplained: dict[str, int] = {}
+        """Files seen growing at consecutive full polls without a notification."""
+        self._remote: set[str] = set()
+        """Files written where notifications do not reach (another host): read every pass."""
 
     def read_new(self, jobs: Sequence[Job]) -> Sequence[LogLine]:
+        targets = list(self._targets(jobs))
+        self._watch.watch(t.path for t in targets)
+        changed = self._watch.changed()
+        if changed is not None:
+            self._notified |= changed
+        now = self._clock.now()
+        full = (
+            changed is None
+            or self._polled_at is None
+            or (now - self._polled_at).total_seconds() >= self._full_poll
+        )
+        if full:
+            self._polled_at = now
         lines: list[LogLine] = []
-        for target in self._targets(jobs):
-            lines.extend(self._read(target))
+        for target in targets:
+            path = target.path
+            noticed = changed is not None and path in changed
+            if not (
+                full
+                or noticed
+                or path in self._remote
+                or target.flush
+                or path not in self._cursors
+                or not self._watch.watched(path)
+            ):
+                continue  # no notification, nothing new: not even opened
+            read = self._read(target)
+            if full and changed is not None:
+                self._note_growth(path, grew=bool(read), noticed=path in self._notified)
+            lines.extend(read)
+        if full:
+            self._notified = set()
         self._started = True
         return lines
+
+    def _note_growth(self, path: str, *, grew: bool, noticed: bool) -> None:
+        """At a full poll: a file that grew with no notification since the previous full poll,
+        twice in a row, is written where inotify does not see (another host, on a shared
+        filesystem); read it every pass from then on."""
+        if not grew or noticed:
+            self._unexplained.pop(path, None)
+            return
+        count = self._unexplained.get(path, 0) + 1
+        self._unexplained[path] = count
+        if count >= 2 and path not in self._remote:
+            self._remote.add(path)
+            logger.info("%s grows without file notifications: read at every pass", path)
 
     # --- what to read --------------------------------------------------------------------
     def _targets(self, jobs: Sequence[Job]) -> Iterator[_Target]:

@@ -132,18 +132,23 @@ def test_scontrol_listing_gives_the_nodes_sinfo_json_gave(situation: str) -> Non
     assert shown, "the recording names nodes"
 
 
-def squeue_payload(*comments: str) -> CommandResult:
-    data = json.loads((ASSETS / "squeue-json.running.json").read_text())
-    for job, comment in zip(data["jobs"], comments, strict=True):
-        job["comment"] = comment
-    return CommandResult(json.dumps(data), "", 0)
+def jobs_payload(*comments: str) -> CommandResult:
+    """``scontrol show jobs -o`` of jobs 1, 2, ... with these comments (empty: none)."""
+    lines = [
+        job_out(str(i), comment=comment or "(null)").stdout
+        for i, comment in enumerate(comments, start=1)
+    ]
+    return CommandResult("".join(lines), "", 0)
+
+
+LIST_JOBS = ("scontrol", "show", "jobs")
 
 
 def test_list_jobs_keeps_only_opted_in_jobs_and_remembers_accounting_is_off() -> None:
     script = Script()
-    script.on("squeue", result=squeue_payload("", '{"medic": {"mode": "act"}}'))
+    script.on(*LIST_JOBS, result=jobs_payload("", '{"medic": {"mode": "act"}}'))
     script.on("sacct", result=NO_ACCOUNTING)
-    script.on("squeue", result=squeue_payload("", '{"medic": {"mode": "act"}}'))
+    script.on(*LIST_JOBS, result=jobs_payload("", '{"medic": {"mode": "act"}}'))
     s = scheduler(script)
     assert [j.id for j in s.list_jobs()] == ["2"]
     assert [j.id for j in s.list_jobs()] == ["2"]
@@ -151,7 +156,7 @@ def test_list_jobs_keeps_only_opted_in_jobs_and_remembers_accounting_is_off() ->
 
 
 def test_list_jobs_without_opt_in_sees_every_job() -> None:
-    script = Script().on("squeue", result=squeue_payload("", "plain"))
+    script = Script().on(*LIST_JOBS, result=jobs_payload("", "plain"))
     script.on("sacct", result=NO_ACCOUNTING)
     assert {j.id for j in scheduler(script, opt_in=False).list_jobs()} == {"1", "2"}
 
@@ -161,7 +166,7 @@ def test_list_jobs_adds_recently_ended_jobs_from_accounting() -> None:
     for job in sacct["jobs"]:
         job["job_id"] += 100
         job["comment"]["job"] = '{"medic": {}}'
-    script = Script().on("squeue", result=squeue_payload("", '{"medic": {}}'))
+    script = Script().on(*LIST_JOBS, result=jobs_payload("", '{"medic": {}}'))
     script.on("sacct", result=CommandResult(json.dumps(sacct), "", 0))
     jobs = {str(j.id): j for j in scheduler(script).list_jobs()}
     assert jobs["102"].state is JobState.CANCELLED and jobs["102"].restart_count == 1
@@ -172,9 +177,9 @@ def test_list_jobs_adds_recently_ended_jobs_from_accounting() -> None:
 
 def test_accounting_is_asked_at_most_every_poll_interval() -> None:
     sacct = (ASSETS / "sacct-json.all-situations.json").read_text()
-    script = Script().on("squeue", result=squeue_payload("", "{}"))
+    script = Script().on(*LIST_JOBS, result=jobs_payload("", "{}"))
     script.on("sacct", result=CommandResult(sacct, "", 0))
-    script.on("squeue", result=squeue_payload("", "{}"))
+    script.on(*LIST_JOBS, result=jobs_payload("", "{}"))
     s = scheduler(script, opt_in=False)
     first, second = s.list_jobs(), s.list_jobs()
     assert {j.id for j in first} == {j.id for j in second} and len(first) > 2
@@ -182,16 +187,22 @@ def test_accounting_is_asked_at_most_every_poll_interval() -> None:
 
 
 def test_a_failing_sacct_does_not_blind_the_loop() -> None:
-    script = Script().on("squeue", result=squeue_payload("", '{"medic": {}}'))
+    script = Script().on(*LIST_JOBS, result=jobs_payload("", '{"medic": {}}'))
     script.on("sacct", result=CommandResult("", "sacct: error: Problem talking to the database", 1))
     assert [j.id for j in scheduler(script).list_jobs()] == ["2"]
 
 
-def test_a_failed_squeue_poll_is_transient_not_empty() -> None:
-    payload = {"errors": [{"error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}
-    script = Script().on("squeue", result=CommandResult(json.dumps(payload), "", 0))
+def test_a_failed_job_listing_is_transient_not_empty() -> None:
+    down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+    script = Script().on(*LIST_JOBS, result=CommandResult("", down, 1))
     with pytest.raises(TransientError):
         scheduler(script).list_jobs()
+
+
+def test_no_jobs_in_the_system_is_an_empty_listing() -> None:
+    script = Script().on(*LIST_JOBS, result=CommandResult("No jobs in the system\n", "", 0))
+    script.on("sacct", result=NO_ACCOUNTING)
+    assert scheduler(script).list_jobs() == []
 
 
 def test_get_job_reads_scontrol() -> None:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import signal
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,6 +165,10 @@ class ProcessShardPool:
 def _main(settings: Settings, index: int, conn: multiprocessing.connection.Connection) -> None:
     """A worker process: build the shard's collaborators, then answer requests until told to
     stop (or the pipe closes)."""
+    # Ctrl-C or a service manager's SIGTERM reaches the whole process group: the loop's process
+    # stops first and then its workers (a stop message, or the pipe closing if it died).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     store = create_store(settings.store.url or default_database_url())
     clock = ShardClock()
     metrics = RecordingMetrics()

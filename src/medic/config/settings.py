@@ -207,8 +207,9 @@ class SlurmSettings:
     slurm_conf: str = ""
     """``SLURM_CONF`` for the Slurm commands (empty: Slurm's default)."""
     snapshot_seconds: float = 1.0
-    """Seconds between full listings of the cluster's jobs and nodes (``scontrol show jobs``/``nodes``);
-    log lines are still read on every loop pass, and single jobs are always read fresh."""
+    """Seconds between full listings of the cluster's jobs and nodes (``scontrol show jobs`` and
+    ``nodes``); log lines are still read on every loop pass, and single jobs are always read
+    fresh."""
     command_timeout_seconds: float = 20.0
     """Seconds before a Slurm command is abandoned (and retried on a later pass)."""
     kernel_log_template: str = ""

@@ -6,9 +6,10 @@ recently ended jobs, which slurmctld keeps for ``MinJobAge``), ``sacct --json`` 
 ended within ``RECENT_END_SECONDS`` but are gone from slurmctld (when accounting is on), and
 ``scontrol show job/node -o`` for one fresh object. The listings were ``sinfo -N --json`` and
 ``squeue --json``: at 12,500 nodes and 2,000 jobs Slurm prints the one-line records 7x faster
-(``docs/scale.md``), and one parser serves listings and single reads. Writes follow the requeue-hold -> exclude -> release recipe and the drain-ownership rule:
-medic only resumes or re-drains nodes whose reason starts with ``medic:`` and never touches a
-node someone else drained or downed (that raises ``PermanentError`` naming the owner).
+(``docs/scale.md``), and one parser serves listings and single reads. Writes follow the
+requeue-hold -> exclude -> release recipe and the drain-ownership rule: medic only resumes or
+re-drains nodes whose reason starts with ``medic:`` and never touches a node someone else drained
+or downed (that raises ``PermanentError`` naming the owner).
 """
 
 from __future__ import annotations

@@ -1,52 +1,49 @@
-"""The pieces that let a pass cost what changed: when a quiet job falls due again, and progress
-saved once a pass."""
+"""The pieces that let a pass cost what changed: when a watch is quiet, and progress saved once a
+pass (``ProgressTracker.next_check_at`` is tested beside the tracker)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from tests.unit.detect.test_progress import at, iteration, saved, timing
 
-from medic.config.settings import DetectSettings
 from medic.control.progress_writes import SAVE_SECONDS, ProgressWriteFailed, ProgressWrites
 from medic.control.watch import JobWatch
-from medic.detect.progress import ProgressTracker
-from medic.detect.signatures import SLOW_NODE_SIGNATURE_ID
 from medic.domain.attempts import Progress
 from medic.domain.cluster import Job, JobState, Mode
-from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.diagnosis import Detection, FaultDomain, JobAction, Role, Severity
+from medic.domain.ids import ClusterName, JobId, NodeName, SignatureId
 
-SETTINGS = DetectSettings(hang_floor_seconds=60.0, straggler_seconds=30.0)
-
-
-# --- ProgressTracker.next_check_at -----------------------------------------------------------
-def test_nothing_is_due_before_the_first_progress_line() -> None:
-    assert ProgressTracker().next_check_at(SETTINGS) is None
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def test_the_hang_check_falls_due_at_the_threshold_after_the_last_progress() -> None:
-    tracker = ProgressTracker()
-    for i in range(10):
-        tracker.observe(iteration(i * 1.0, i + 1))
-    due = tracker.next_check_at(SETTINGS)
-    assert due == at(9.0) + timedelta(seconds=60.0)  # the floor: a 1 s rhythm is far below it
-    assert tracker.check_hang(due, SETTINGS) is None  # at the threshold: not yet
-    assert tracker.check_hang(due + timedelta(seconds=0.2), SETTINGS) is not None
-    assert tracker.next_check_at(SETTINGS) is None  # reported once: nothing more is due
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
 
 
-def test_a_slow_node_is_due_when_its_window_ends() -> None:
-    tracker = ProgressTracker()
-    for step in range(1, 9):
-        for node in ("n1", "n2", "n3"):
-            tracker.observe(timing(step * 1.0, node, 900.0 if node == "n3" else 600.0, step))
-    assert tracker.check_straggler(at(10.0), SETTINGS) is None  # the window starts
-    assert tracker.next_check_at(SETTINGS) == at(10.0) + timedelta(seconds=30.0)
-    found = tracker.check_straggler(at(40.0), SETTINGS)
-    assert found is not None and found.signature_id == SLOW_NODE_SIGNATURE_ID
+def _progress(seconds: float, fields: dict[str, str]) -> Detection:
+    return Detection(
+        job_id=JobId("7"),
+        attempt=-1,
+        signature_id=SignatureId("test.progress"),
+        domain=FaultDomain.NONE,
+        role=Role.PROGRESS,
+        severity=Severity.INFO,
+        action=JobAction.NONE,
+        time=at(seconds),
+        node=NodeName("node001"),
+        fields=fields,
+    )
+
+
+def iteration(seconds: float, step: int) -> Detection:
+    return _progress(seconds, {"step": str(step), "iter_ms": "500.0"})
+
+
+def saved(seconds: float, step: int) -> Detection:
+    return _progress(seconds, {"checkpoint": "saved", "step": str(step)})
 
 
 # --- JobWatch.quiet --------------------------------------------------------------------------

@@ -404,3 +404,30 @@ def test_find_slow_node_robust_statistics() -> None:
     zero = find_slow_node({n("a"): [0.001] * 5, n("b"): [0.0] * 5, n("c"): [0.0] * 5}, 0.2)
     assert zero is not None and zero.ratio == float("inf")
     assert mad([1.0, 2.0, 3.0, 10.0], 2.5) == 1.0
+
+
+# --- next_check_at: when a quiet job falls due again ------------------------------------------
+def test_nothing_is_due_before_the_first_progress_line() -> None:
+    assert ProgressTracker().next_check_at(SETTINGS) is None
+
+
+def test_the_hang_check_falls_due_at_the_threshold_after_the_last_progress() -> None:
+    tracker = ProgressTracker()
+    for i in range(10):
+        tracker.observe(iteration(i * 1.0, i + 1))
+    due = tracker.next_check_at(SETTINGS)
+    assert due == at(9.0) + timedelta(seconds=60.0)  # the floor: a 1 s rhythm is far below it
+    assert tracker.check_hang(due, SETTINGS) is None  # at the threshold: not yet
+    assert tracker.check_hang(due + timedelta(seconds=0.2), SETTINGS) is not None
+    assert tracker.next_check_at(SETTINGS) is None  # reported once: nothing more is due
+
+
+def test_a_slow_node_is_due_when_its_window_ends() -> None:
+    tracker = ProgressTracker()
+    for step in range(1, 9):
+        for node in ("n1", "n2", "n3"):
+            tracker.observe(timing(step * 1.0, node, 900.0 if node == "n3" else 600.0, step))
+    assert tracker.check_straggler(at(10.0), SETTINGS) is None  # the window starts
+    assert tracker.next_check_at(SETTINGS) == at(10.0) + timedelta(seconds=30.0)
+    found = tracker.check_straggler(at(40.0), SETTINGS)
+    assert found is not None and found.signature_id == SLOW_NODE_SIGNATURE_ID

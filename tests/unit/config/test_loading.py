@@ -238,7 +238,7 @@ def test_unknown_key_in_file_suggests_and_lists_allowed(tmp_path: Path) -> None:
     assert exc.setting == f"loop.intervall (from {path}:3)"
     assert exc.message == (
         'unknown setting; did you mean "interval_seconds"? '
-        "allowed: interval_seconds, error_backoff_seconds, skip_quiet_jobs"
+        "allowed: interval_seconds, error_backoff_seconds, workers, skip_quiet_jobs"
     )
 
 
@@ -322,7 +322,8 @@ def test_section_must_be_a_mapping(tmp_path: Path) -> None:
     exc = error_of(config_path=path, env={})
     assert exc.setting == f"loop (from {path}:1)"
     assert exc.message == (
-        "expected a mapping of settings: interval_seconds, error_backoff_seconds, skip_quiet_jobs"
+        "expected a mapping of settings: interval_seconds, error_backoff_seconds, workers, "
+        "skip_quiet_jobs"
     )
 
 

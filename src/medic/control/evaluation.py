@@ -113,6 +113,14 @@ class JobEvaluator:
             watch.retry_after = self._clock.now() + backoff
         self._audit(job_id, AuditKind.LOOP_ERROR, {"error": repr(exc)})
 
+    def _backing_off(self) -> set[JobId]:
+        now = self._clock.now()
+        return {
+            job_id
+            for job_id, w in self._watches.items()
+            if w.retry_after is not None and now < w.retry_after
+        }
+
     def failing(self) -> dict[JobId, tuple[int, datetime]]:
         """Each watched job whose current attempt has a fatal detection: (attempt, stored at)."""
         return {
@@ -263,7 +271,7 @@ class JobEvaluator:
         """Write what the pass gathered to write at its end (progress). A failed write backs
         off each job it held, as if its own evaluation had raised."""
         try:
-            self._progress.flush()
+            self._progress.flush(self._backing_off())
         except ProgressWriteFailed as failed:
             logger.warning("cannot save progress, will retry: %s", failed)
             for job_id in failed.jobs:
@@ -397,7 +405,7 @@ class JobEvaluator:
         return now - watch.node_wait_since < limit
 
     def _decide(self, job: Job, watch: JobWatch, now: datetime) -> None:
-        self._progress.flush()  # the policy reads the attempts' progress
+        self._progress.flush(self._backing_off())  # the policy reads the attempts' progress
         self._decisions.decide(job, watch, now)
 
     def forget_finished(self, jobs: Sequence[Job]) -> None:

@@ -178,7 +178,7 @@ class ControlLoop:
         changed = self._changed_nodes(node_states)
         if self._shards is not None:
             found = self._shards.observe(now, jobs, nodes, changed, lines)
-            self._repair_pass(nodes, jobs, found, changed)
+            repaired = self._repair_pass(nodes, jobs, found, changed)
             placement = (
                 frozenset() if self._repairs is None else self._repairs.placement_exclusions()
             )
@@ -186,11 +186,13 @@ class ControlLoop:
         else:
             found = self._diagnoser.scan(lines)
             detections = self._jobs.route(found, jobs)
-            self._repair_pass(nodes, jobs, found, changed)
+            repaired = self._repair_pass(nodes, jobs, found, changed)
             skip = changed if self._settings.loop.skip_quiet_jobs else None
             self._jobs.evaluate_all(jobs, detections, node_states, skip)
-        # Only now: a pass that failed before this point leaves its changes to the next one.
-        self._last_nodes = node_states
+        # Only now, and only when node repair went through: a pass that failed before this
+        # point leaves its node changes to the next one.
+        if repaired:
+            self._last_nodes = node_states
         self._reconcile()
         return self._report(started, len(jobs), len(lines))
 
@@ -201,7 +203,14 @@ class ControlLoop:
         return frozenset(
             name
             for name, node in nodes.items()
-            if (old := before.get(name)) is not node and old != node
+            if (old := before.get(name)) is not node
+            and (
+                old is None
+                or old != node
+                # Left out of Node's ==, and what a worker's down-node wait reads:
+                or old.not_responding != node.not_responding
+                or old.comment != node.comment
+            )
         )
 
     def _report(self, started: datetime, jobs: int, lines: int) -> PassReport:
@@ -219,15 +228,18 @@ class ControlLoop:
         jobs: Sequence[Job],
         detections: Sequence[Detection],
         changed: frozenset[NodeName],
-    ) -> None:
+    ) -> bool:
+        """Run node repair's pass; False when it failed (logged, never raised)."""
         if self._repairs is None:
-            return
+            return True
         try:
             acting = self._jobs.modes.acting_nodes(nodes)
             self._repairs.run_pass(nodes, jobs, detections, acting, changed)
         except Exception:  # node repair failing must not stop job recovery
             self._metrics.loop_error("repair")
             logger.exception("node-repair pass failed")
+            return False
+        return True
 
     # ------------------------------------------------------------------ act + verify
     def _reconcile(self) -> None:

@@ -5,15 +5,15 @@ restarted medic resumes hang detection and the policy counts attempts without pr
 progress line arrives per job and step; writing each save as its own statement cost the loop a
 transaction per job per pass at scale. :class:`ProgressWrites` gathers the saves of a pass and
 writes them in one statement: at the end of the pass, and before any decision (the policy reads
-the attempts' progress).
+the attempts' progress). A batch that could not be written is kept and written with the next.
 
 A save is due when a milestone moved (first step, checkpoint saved or loaded), when the last save
-is older than :data:`SAVE_SECONDS`, or when forced (the attempt is over). A write that fails
-leaves the watches as they were, so the next pass offers the same progress again.
+is older than :data:`SAVE_SECONDS`, or when forced (the attempt is over).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from medic.control.watch import JobWatch
@@ -70,17 +70,24 @@ class ProgressWrites:
             return None
         return watch.saved_progress_at + timedelta(seconds=SAVE_SECONDS)
 
-    def flush(self) -> None:
-        """Write every queued save in one statement; the watches learn what was saved. Raises
-        :class:`ProgressWriteFailed` when the write failed."""
+    def flush(self, held: Collection[JobId] = ()) -> None:
+        """Write every queued save in one statement, but those of the ``held`` jobs (backing
+        off); the watches learn what was saved. Raises :class:`ProgressWriteFailed` when the
+        write failed (the saves stay queued)."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, {}
+        # A job backing off after an error keeps its save queued until its back-off ends.
+        pending = {k: v for k, v in self._pending.items() if k[0] not in held}
+        if not pending:
+            return
+        self._pending = {k: v for k, v in self._pending.items() if k[0] in held}
         updates = [(job_id, attempt, p) for (job_id, attempt), (_, p, _) in pending.items()]
         try:
             self._store.update_progress_many(self._cluster, updates)
         except Exception as exc:
-            # The watches stay as they were: the same progress is offered again.
+            # Kept for the next flush (an entry queued since is newer and wins): a quiet job, or
+            # an attempt that is over, may not offer it again.
+            self._pending = pending | self._pending
             raise ProgressWriteFailed(tuple(dict.fromkeys(u[0] for u in updates)), exc) from exc
         for watch, progress, at in pending.values():
             watch.saved_progress, watch.saved_progress_at = progress, at

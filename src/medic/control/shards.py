@@ -246,6 +246,8 @@ class ShardedJobs:
         self._counts = counts
         self._skip_quiet = skip_quiet
         self._sent: list[dict[JobId, Job]] = [{} for _ in range(pool.shards)]
+        self._full = False
+        """The previous observe failed: send every shard everything."""
         self._failing: dict[JobId, tuple[int, datetime]] = {}
 
     def observe(
@@ -272,7 +274,7 @@ class ShardedJobs:
         everything = frozenset(n.name for n in nodes)
         requests = []
         for k in range(shards):
-            fresh = self._pool.fresh(k)
+            fresh = self._full or self._pool.fresh(k)
             sent = {} if fresh else self._sent[k]
             requests.append(
                 ObserveRequest(
@@ -285,7 +287,13 @@ class ShardedJobs:
                     kernel=tuple(kernel),
                 )
             )
-        replies = self._pool.observe(requests)
+        try:
+            replies = self._pool.observe(requests)
+        except Exception:
+            # Which workers applied this request is unknown: everything to everyone next time.
+            self._full = True
+            raise
+        self._full = False
         self._sent = [{j.id: j for j in shard} for shard in listed]
         found = list(kernel)
         for reply in replies:

@@ -43,11 +43,13 @@ from medic.external.attribution_http import HttpAttributionProvider
 from medic.ports import AuditLog, Clock
 from medic.store import create_store, default_database_url
 
-__all__ = ["ProcessShardPool", "second_opinion"]
+__all__ = ["REPLY_TIMEOUT_SECONDS", "ProcessShardPool", "second_opinion"]
 
 logger = logging.getLogger(__name__)
 
 _STOP = "stop"
+REPLY_TIMEOUT_SECONDS = 120.0
+"""A worker silent this long is taken for hung: killed and started again (the pass fails)."""
 
 
 def second_opinion(settings: Settings, audit: AuditLog, clock: Clock) -> SecondOpinion | None:
@@ -128,7 +130,7 @@ class ProcessShardPool:
                 if not worker.process.is_alive():
                     raise OSError(f"exit code {worker.process.exitcode}")
                 worker.conn.send((kind, request))
-            except (OSError, ValueError) as exc:
+            except Exception as exc:  # a dead pipe, or a request that would not pickle
                 failures[i] = f"its worker was down ({exc}); started again"
                 self._restart(i, repr(exc))
         replies: dict[int, ShardReply] = {}
@@ -137,9 +139,11 @@ class ProcessShardPool:
                 continue
             worker = self._workers[i]
             try:
+                if not worker.conn.poll(REPLY_TIMEOUT_SECONDS):
+                    raise TimeoutError(f"no reply within {REPLY_TIMEOUT_SECONDS:g} s")
                 status, body = worker.conn.recv()
-            except (EOFError, OSError) as exc:
-                failures[i] = f"its worker died ({exc!r}); started again"
+            except Exception as exc:  # died (EOF), hung (timeout), or a reply that would not load
+                failures[i] = f"its worker died or hung ({exc!r}); started again"
                 self._restart(i, repr(exc))
                 continue
             worker.served = True

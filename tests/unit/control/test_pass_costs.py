@@ -160,3 +160,18 @@ def test_a_failed_write_names_its_jobs_and_leaves_the_watches_to_offer_again() -
     writes.offer(watch, at(2.2))
     writes.flush()
     assert store.calls[0][0][2].last_step == 2
+
+
+def test_a_failed_batch_is_written_with_the_next_and_a_held_job_waits() -> None:
+    store = _Store(fail=True)
+    writes = ProgressWrites(ClusterName("c"), store)  # type: ignore[arg-type]
+    ended, running = _progressing("1", 2), _progressing("2", 3)
+    writes.offer(ended, at(2.0), force=True)  # an attempt that is over offers it only once
+    with pytest.raises(ProgressWriteFailed):
+        writes.flush()
+    store.fail = False
+    writes.offer(running, at(3.0))
+    writes.flush(held={JobId("2")})  # job 2 backs off: its save waits
+    assert [[u[0] for u in call] for call in store.calls] == [["1"]]
+    writes.flush()
+    assert [[u[0] for u in call] for call in store.calls] == [["1"], ["2"]]

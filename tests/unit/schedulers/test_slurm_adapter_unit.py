@@ -450,3 +450,12 @@ def test_boot_id_is_the_boot_time() -> None:
 )
 def test_is_opted_in(comment: str | None, opted: bool) -> None:
     assert is_opted_in(comment) is opted
+
+
+def test_a_comment_cannot_forge_the_fields_its_job_printed_before_it() -> None:
+    forged = '{"medic": {}} x Restarts=5 NodeList=node9 JobState=COMPLETED'
+    job = scheduler(Script().on("scontrol", "show", "job", result=job_out(comment=forged))).get_job(
+        JobId("7")
+    )
+    assert job.restart_count == 0 and job.nodes == ("node1",) and job.state is JobState.RUNNING
+    assert job.comment == forged

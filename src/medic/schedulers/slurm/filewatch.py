@@ -29,10 +29,12 @@ try:  # Linux only; elsewhere every pass polls
 
     _MASK = flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE | flags.ATTRIB
     _OVERFLOW = int(flags.Q_OVERFLOW)
+    _IGNORED = int(flags.IGNORED)
 except ImportError:  # pragma: no cover - the package is installed on Linux
     INotify = None
     _MASK = 0
     _OVERFLOW = 0
+    _IGNORED = 0
 
 
 class FileWatch:
@@ -91,6 +93,13 @@ class FileWatch:
         lost = False
         for event in self._inotify.read(timeout=0):
             if event.mask & _OVERFLOW:
+                lost = True
+                continue
+            if event.mask & _IGNORED:  # the directory went away (or its watch was removed)
+                directory = self._paths.pop(event.wd, None)
+                if directory is not None:
+                    self._dirs.pop(directory, None)
+                self._watched.clear()  # re-added at the next watch(); read everything now
                 lost = True
                 continue
             directory = self._paths.get(event.wd)

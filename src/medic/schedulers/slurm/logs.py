@@ -110,6 +110,8 @@ class SlurmLogSource:
         """Files notifications named since the last full poll."""
         self._unexplained: dict[str, int] = {}
         """Files seen growing at consecutive full polls without a notification."""
+        self._behind: set[str] = set()
+        """Files with more to read than one read takes (``MAX_READ_BYTES``): read next pass."""
         self._remote: set[str] = set()
         """Files written where notifications do not reach (another host): read every pass."""
 
@@ -137,6 +139,7 @@ class SlurmLogSource:
                 or path in self._remote
                 or target.flush
                 or path not in self._cursors
+                or path in self._behind
                 or not self._watch.watched(path)
             ):
                 continue  # no notification, nothing new: not even opened
@@ -220,6 +223,10 @@ class SlurmLogSource:
         except OSError:
             return []  # not written yet, or gone: nothing to read
         at_end = before + len(data) >= stat.st_size
+        if at_end:
+            self._behind.discard(target.path)
+        else:
+            self._behind.add(target.path)
         texts = self._split(cursor, data, target.flush and at_end)
         if cursor.offset != before:
             self._store.set_cursor(CURSOR_PREFIX + target.path, f"{cursor.inode}:{cursor.offset}")

@@ -51,7 +51,8 @@ def parse_scontrol_records(output: str) -> list[dict[str, str]]:
 
     A value may hold spaces (``Comment={"medic": {...}}``, ``Reason=Not responding``). After a
     free-text key, a following ``Word=`` only starts a new field when it is a key scontrol is
-    known to print, so ``Comment=a b=c`` keeps its ``b=c``.
+    known to print and the record has not printed yet, so ``Comment=a b=c`` keeps its ``b=c``
+    and a comment cannot forge a field printed before it.
     """
     records = []
     for line in output.splitlines():
@@ -61,7 +62,13 @@ def parse_scontrol_records(output: str) -> list[dict[str, str]]:
         key: str | None = None
         pos = 0
         for match in _KEY.finditer(line):
-            if key is not None and key in _FREE_TEXT and match[1] not in _KNOWN:
+            if (
+                key is not None
+                and key in _FREE_TEXT
+                and (match[1] not in _KNOWN or match[1] in fields)
+            ):
+                # Part of the free text: an unknown key, or one the record printed already (a
+                # comment ``x Restarts=5 NodeList=n9`` must not replace the job's own fields).
                 continue
             if key is not None:
                 fields[key] = line[pos : match.start()].strip()

@@ -28,13 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from medic.attribute.blame import fan_out_kernel, node_failures
+from medic.attribute.blame import node_failures
 from medic.config.settings import Settings
 from medic.control import records
 from medic.control.decisions import Decisions
 from medic.control.external import SecondOpinion
 from medic.control.job_modes import JobModes
 from medic.control.progress_writes import ProgressWriteFailed, ProgressWrites
+from medic.control.routing import ENDED_BADLY, awaits_evidence, route
 from medic.control.stores import EvaluationStore
 from medic.control.watch import JobWatch, of_attempt
 from medic.domain.audit import AuditKind
@@ -50,12 +51,8 @@ __all__ = ["JobEvaluator"]
 
 logger = logging.getLogger(__name__)
 
-_ENDED_BADLY = (JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT)
-_RAN = (JobState.RUNNING, JobState.COMPLETED, JobState.PREEMPTED, *_ENDED_BADLY)
+_RAN = (JobState.RUNNING, JobState.COMPLETED, JobState.PREEMPTED, *ENDED_BADLY)
 """States an attempt reaches only by running (COMPLETING and CANCELLED may be a queued job's)."""
-_KERNEL_LAG_SECONDS = 30.0
-"""How long after an attempt ended badly a kernel line on its nodes still counts as its evidence
-(while its failure is not decided)."""
 
 
 class JobEvaluator:
@@ -136,39 +133,14 @@ class JobEvaluator:
 
     # ------------------------------------------------------------------ observe
     def route(
-        self, detections: Sequence[Detection], jobs: Sequence[Job], *, store_kernel: bool = True
+        self, detections: Sequence[Detection], jobs: Sequence[Job]
     ) -> dict[JobId, list[Detection]]:
-        """Group detections by job, copying kernel ones to every job on the emitting node: the
-        jobs running there, and a job that just ended badly there whose failure is not decided
-        yet (a kernel line often arrives a pass after the crash it explains). ``store_kernel``:
-        store the kernel detections (False: the caller did, a shard worker's coordinator)."""
-        on_node: dict[NodeName, list[JobId]] = defaultdict(list)
-        kernel = [d for d in detections if d.job_id is None]
-        if kernel:
-            # Kernel lines are node evidence (for node repair) whatever the jobs there do.
-            if store_kernel:
-                self._store.add_detections(self._cluster, kernel)
-            for job in jobs:
-                if job.state is JobState.RUNNING or self._awaits_evidence(job):
-                    for node in job.nodes:
-                        on_node[node].append(job.id)
-        routed: dict[JobId, list[Detection]] = defaultdict(list)
-        for det in fan_out_kernel(detections, on_node):
-            if det.job_id is not None:
-                routed[det.job_id].append(det)
-        return routed
-
-    def _awaits_evidence(self, job: Job) -> bool:
-        """The job's current attempt ended badly, recently, and is not decided yet."""
-        if job.state not in _ENDED_BADLY and job.state is not JobState.COMPLETING:
-            return False
-        watch = self._watches.get(job.id)
-        if watch is None or watch.attempt != job.restart_count or watch.decided:
-            return False  # a requeue in progress (new attempt), or decided already
-        if watch.ended_at is None:
-            return True
-        lag = timedelta(seconds=max(self._settings.detect.settle_seconds, _KERNEL_LAG_SECONDS))
-        return self._clock.now() - watch.ended_at <= lag
+        """The pass's detections by job (:func:`medic.control.routing.route`); storing the
+        kernel ones is the loop's."""
+        now, settle = self._clock.now(), self._settings.detect.settle_seconds
+        return route(
+            detections, jobs, lambda j: awaits_evidence(j, self._watches.get(j.id), now, settle)
+        )
 
     def _watch(self, job: Job) -> JobWatch | None:
         """The job's watch for its current attempt, or None when medic must leave it alone."""
@@ -312,7 +284,7 @@ class JobEvaluator:
                 if derived is not None:
                     self._take(job, watch, [_derived(derived, job.id, watch.attempt)], now)
         self._progress.offer(watch, now)
-        if job.state in _ENDED_BADLY and watch.ended_at is None:
+        if job.state in ENDED_BADLY and watch.ended_at is None:
             watch.ended_at = now
         if not watch.decided and self._is_ready(job, watch, nodes, now):
             self._decide(job, watch, now)
@@ -379,7 +351,7 @@ class JobEvaluator:
         itself, and a requeue issued before that leaves the job's resources half released; that
         wait is bounded by ``detect.node_failure_wait_seconds``."""
         settle = timedelta(seconds=self._settings.detect.settle_seconds)
-        if job.state in _ENDED_BADLY:
+        if job.state in ENDED_BADLY:
             seen = [t for t in (watch.first_fatal_at, watch.ended_at) if t is not None]
             return not seen or now - min(seen) >= settle
         if job.state in (JobState.COMPLETED, JobState.CANCELLED):

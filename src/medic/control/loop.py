@@ -185,6 +185,9 @@ class ControlLoop:
             self._shards.evaluate(self._clock.now(), placement)
         else:
             found = self._diagnoser.scan(lines)
+            kernel = [d for d in found if d.job_id is None]
+            if kernel:  # node evidence (for node repair) whatever the jobs there do
+                self._store.add_detections(self._cluster, kernel)
             detections = self._jobs.route(found, jobs)
             repaired = self._repair_pass(nodes, jobs, found, changed)
             skip = changed if self._settings.loop.skip_quiet_jobs else None

@@ -206,7 +206,7 @@ class ShardWork:
             found = sorted([*found, *request.kernel], key=lambda d: d.seq)
         # Added to what is not evaluated yet: when a pass fails between the two requests (another
         # shard's worker died), this one's detections are evaluated at the next pass, not lost.
-        for job_id, routed in self._evaluator.route(found, self._order, store_kernel=False).items():
+        for job_id, routed in self._evaluator.route(found, self._order).items():
             self._routed.setdefault(job_id, []).extend(routed)
         mine = [d for d in found if d.job_id is not None and d.role not in _NOT_FOR_REPAIR]
         return ShardReply(detections=mine, metrics=self._metrics.take(), counts=dict(self._counts))

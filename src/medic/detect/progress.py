@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from medic.config.settings import DetectSettings
@@ -67,8 +68,9 @@ class ProgressTracker:
         self._throughput = ThroughputWatch()
         self._metric: str | None = None
         self._rate_from: tuple[datetime, int] | None = None
-        self._compute: dict[NodeName, deque[float]] = {}
-        self._node_slow_since: dict[NodeName, datetime] = {}
+        self._compute: dict[tuple[NodeName, int], deque[float]] = {}
+        """Recent compute times per (node, rank); rank -1 where the line names no rank."""
+        self._node_slow_since: dict[tuple[NodeName, int], datetime] = {}
         self._reported: set[str] = set()
 
     # --- input ---------------------------------------------------------------------------------
@@ -87,19 +89,37 @@ class ProgressTracker:
                 self._saved = step
                 self._advance(detection.time)
         elif "compute_ms" in fields:
-            self._observe_compute(detection)
-        elif step is not None:
-            self._observe_iteration(detection, step)
-        elif "it_per_s" in fields or "iter_s" in fields:
-            # A rate without a run-wide step (flashy prints a per-epoch index, tqdm-loggable a
-            # rounded count): throughput only.
-            rate = _float(fields.get("it_per_s"))
-            seconds = _float(fields.get("iter_s"))
-            if rate is None and seconds is not None and seconds > 0.0:
-                rate = 1.0 / seconds
-            if rate is not None and rate > 0.0 and self._metric in (None, "iter_ms"):
-                self._metric = "iter_ms"
-                self._throughput.add(detection.time, rate)
+            # The sim's per-node [timing] line: compute time only (its iteration line is apart).
+            self._observe_compute(detection, _float(fields.get("compute_ms")))
+        else:
+            compute_s = _float(fields.get("compute_s"))
+            samples = _float(fields.get("samples_per_s"))
+            if compute_s is not None:
+                self._observe_compute(detection, 1000.0 * compute_s)
+            elif samples is not None and samples > 0.0:
+                # A worker's rate is its node's speed: the time per 1000 samples compares nodes.
+                self._observe_compute(detection, 1_000_000.0 / samples)
+            if step is not None:
+                self._observe_iteration(detection, step)
+            else:
+                # A rate without a run-wide step (flashy prints a per-epoch index, tqdm-loggable
+                # a rounded count, MXNet a per-epoch batch): throughput only.
+                self._observe_rate(detection.time, fields, samples)
+
+    def _observe_rate(
+        self, time: datetime, fields: Mapping[str, str], samples: float | None
+    ) -> None:
+        metric, value = "samples", samples
+        if value is None:
+            metric, value = "iter_ms", _float(fields.get("it_per_s"))
+            if value is None:
+                seconds = _float(fields.get("iter_s"))
+                iter_ms = _float(fields.get("iter_ms"))
+                seconds = iter_ms / 1000.0 if seconds is None and iter_ms is not None else seconds
+                value = 1.0 / seconds if seconds is not None and seconds > 0.0 else None
+        if value is not None and value > 0.0 and self._metric in (None, metric):
+            self._metric = metric
+            self._throughput.add(time, value)
 
     def _observe_iteration(self, detection: Detection, step: int) -> None:
         if self._first_step is None or step < self._first_step:
@@ -139,11 +159,14 @@ class ProgressTracker:
         self._throughput.add(time, (step - previous[1]) / seconds)
         self._rate_from = (time, step)
 
-    def _observe_compute(self, detection: Detection) -> None:
-        compute_ms = _float(detection.fields.get("compute_ms"))
+    def _observe_compute(self, detection: Detection, compute_ms: float | None) -> None:
         if detection.node is None or compute_ms is None or compute_ms <= 0.0:
             return
-        samples = self._compute.setdefault(detection.node, deque(maxlen=_NODE_SAMPLES_KEPT))
+        # Per rank where the line says which: one slow GPU of eight shows in its rank's compute
+        # time, and would vanish in a median of the node's eight ranks.
+        rank = _int(detection.fields.get("rank"))
+        key = (detection.node, -1 if rank is None else rank)
+        samples = self._compute.setdefault(key, deque(maxlen=_NODE_SAMPLES_KEPT))
         samples.append(compute_ms)
 
     def _advance(self, time: datetime) -> None:
@@ -212,26 +235,36 @@ class ProgressTracker:
             last_step=self._last_step,
         )
 
-    def check_straggler(self, now: datetime, settings: DetectSettings) -> Detection | None:
+    def check_straggler(
+        self, now: datetime, settings: DetectSettings, *, slow_samples: int | None = None
+    ) -> Detection | None:
         """A slow-node finding, else a slow-job finding, each at most once per attempt.
 
         Both need the condition to hold for ``straggler_seconds``. When both hold, the slow node
-        comes first; call again for the other.
+        comes first; call again for the other. ``slow_samples``: a job slow for that many
+        progress samples in a row counts too, however short they were (a post-mortem reads a log
+        that ends where it ends: a slowdown that lasted until then is the finding, and no later
+        line can show it was a blip).
         """
         if "slow_node" not in self._reported:
-            found = self._check_slow_node(now, settings)
+            found = self._check_slow_node(now, settings, persist=slow_samples is None)
             if found is not None:
                 self._reported.add("slow_node")
                 return found
         if "slow_job" in self._reported:
             return None
         slow = self._throughput.slow_seconds(settings.straggler_drop)
-        if slow is None or slow < settings.straggler_seconds:
+        if slow is None or (
+            slow < settings.straggler_seconds
+            and (slow_samples is None or self._throughput.slow_samples < slow_samples)
+        ):
             return None
         self._reported.add("slow_job")
         baseline = self._throughput.baseline or 0.0
         current = self._throughput.current or 0.0
-        unit = "tokens/s" if self._metric == "tokens" else "iterations/s"
+        unit = {"tokens": "tokens/s", "samples": "samples/s"}.get(
+            self._metric or "", "iterations/s"
+        )
         return self._finding(
             SLOW_JOB_SIGNATURE_ID,
             FaultDomain.SYSTEM_SOFTWARE,
@@ -247,25 +280,33 @@ class ProgressTracker:
             },
         )
 
-    def _check_slow_node(self, now: datetime, settings: DetectSettings) -> Detection | None:
+    def _check_slow_node(
+        self, now: datetime, settings: DetectSettings, *, persist: bool
+    ) -> Detection | None:
+        """``persist``: the node must stay the slowest for ``straggler_seconds`` of ``now``
+        (live); a post-mortem has only the medians of the samples it read."""
         slow = find_slow_node(self._compute, settings.straggler_drop)
         if slow is None:
             self._node_slow_since = {}
             return None
         # Only the currently slowest node keeps its clock running; a node that recovered (or is
         # no longer the worst) starts again from zero.
-        since = self._node_slow_since.get(slow.node, now)
-        self._node_slow_since = {slow.node: since}
-        if (now - since).total_seconds() < settings.straggler_seconds:
+        since = self._node_slow_since.get(slow.key, now)
+        self._node_slow_since = {slow.key: since}
+        if persist and (now - since).total_seconds() < settings.straggler_seconds:
             return None
+        node, rank = slow.key
+        what = f"node {node}" if rank < 0 else f"rank {rank} on node {node}"
+        fields = {} if rank < 0 else {"rank": str(rank)}
         return self._finding(
             SLOW_NODE_SIGNATURE_ID,
             FaultDomain.HARDWARE,
             now,
-            slow.node,
-            f"node {slow.node} computes in {slow.node_ms:.1f} ms, {slow.ratio:.2f}x its peers'"
+            node,
+            f"{what} computes in {slow.node_ms:.1f} ms, {slow.ratio:.2f}x its peers'"
             f" median {slow.peers_ms:.1f} ms",
             {
+                **fields,
                 "node_compute_ms": f"{slow.node_ms:.3f}",
                 "peers_compute_ms": f"{slow.peers_ms:.3f}",
                 "ratio": f"{slow.ratio:.3f}",

@@ -86,6 +86,11 @@ OFFLINE_WINDOW_SECONDS = 300.0
 """Failure window for offline logs (the live loop uses 10 s): kernel, PyTorch and launcher clocks
 of a post-mortem disagree by more than the loop's read delay."""
 
+OFFLINE_SLOW_SAMPLES = 10
+"""Progress samples in a row a post-mortem's slow job needs when its slowness lasted less than
+the live ``straggler_seconds`` (twice the throughput watch's smoothing window: the median fell
+and stayed down until the log ended)."""
+
 _BATCH = 20_000
 _UNTIMED = datetime.min.replace(tzinfo=UTC)
 _KERNEL = re.compile(
@@ -321,7 +326,9 @@ def _slowness(detections: list[Detection], now: datetime) -> list[Detection]:
         tracker.observe(d)
     settings = DetectSettings()
     found = []
-    while (finding := tracker.check_straggler(now, settings)) is not None:
+    while (
+        finding := tracker.check_straggler(now, settings, slow_samples=OFFLINE_SLOW_SAMPLES)
+    ) is not None:
         found.append(finding)
     return found
 

@@ -383,6 +383,65 @@ def test_slow_node_reported_before_slow_job() -> None:
     assert second is not None and second.signature_id == SLOW_JOB_SIGNATURE_ID
 
 
+def test_one_slow_rank_among_eight_on_a_node_is_named() -> None:
+    # "[rank R] step N step_time=2.93s fwd_bwd=0.86s": every rank waits for the slowest, so the
+    # step times are equal; the compute part shows rank 21's GPU, which a node median would hide.
+    tracker = ProgressTracker(JOB, 0)
+    for step in range(8):
+        for rank in range(32):
+            compute = 1.30 if rank == 21 else 0.86 + 0.01 * (rank % 3)
+            node = f"node00{rank // 8 + 1}"
+            fields = {"step": str(step), "iter_s": "2.93", "compute_s": f"{compute}"}
+            tracker.observe(progress_detection(step * 3.0, {**fields, "rank": str(rank)}, node))
+    assert tracker.progress().last_step == 7  # the lines are progress too
+    found = tracker.check_straggler(at(30.0), SETTINGS, slow_samples=10)
+    assert found is not None and found.signature_id == SLOW_NODE_SIGNATURE_ID
+    assert found.node == "node003" and found.fields["rank"] == "21"
+    assert found.text.startswith("rank 21 on node node003 computes in 1300.0 ms")
+
+
+def test_a_slow_worker_by_samples_per_second() -> None:
+    # MXNet's Speedometer from each worker (an async kvstore: the others do not wait for it).
+    tracker = ProgressTracker(JOB, 0)
+    for k in range(12):
+        for node in NODES:
+            rate = 1100.0 if node == "node002" else 2000.0 + 10 * (k % 3)
+            tracker.observe(progress_detection(k * 20.0, {"samples_per_s": f"{rate}"}, node))
+    assert tracker.check_straggler(at(240.0), SETTINGS) is None  # live: the clock starts now
+    found = tracker.check_straggler(at(270.0), SETTINGS)
+    assert found is not None and found.node == "node002" and "rank" not in found.fields
+    assert float(found.fields["ratio"]) == pytest.approx(2000 / 1100, rel=0.02)
+    # The job's rate (the median of the workers' lines) did not fall: no slow job.
+    assert tracker.check_straggler(at(270.0), SETTINGS) is None
+
+
+def test_samples_per_second_is_the_job_throughput_without_a_step() -> None:
+    tracker = ProgressTracker(JOB, 0)
+    for k in range(40):
+        rate = "2000" if k < 20 else "1200"
+        tracker.observe(progress_detection(k * 20.0, {"samples_per_s": rate}))
+    found = tracker.check_straggler(at(800.0), SETTINGS)
+    assert found is not None and found.fields["unit"] == "samples/s"
+
+
+def test_a_post_mortem_counts_a_slowdown_by_samples_and_a_slow_node_at_once() -> None:
+    # Slow for 12 samples of 1 s: shorter than straggler_seconds, but it lasted to the log's end.
+    tracker = ProgressTracker(JOB, 0)
+    for k in range(30):
+        ms = "500" if k < 18 else "800"
+        tracker.observe(progress_detection(k * 1.0, {"iter_ms": ms}))
+    assert tracker.check_straggler(at(30.0), SETTINGS) is None
+    assert tracker.check_straggler(at(30.0), SETTINGS, slow_samples=13) is None
+    found = tracker.check_straggler(at(30.0), SETTINGS, slow_samples=12)
+    assert found is not None and found.signature_id == SLOW_JOB_SIGNATURE_ID
+    # The slow stretch starts at its first slow sample, not when the median fell.
+    assert float(found.fields["slow_s"]) == pytest.approx(11.0)
+    offline = ProgressTracker(JOB, 0)
+    feed_timing(offline, {**NODES, "node003": 700.0}, rounds=10)
+    found = offline.check_straggler(at(5.0), SETTINGS, slow_samples=10)
+    assert found is not None and found.node == "node003"
+
+
 def test_find_slow_node_robust_statistics() -> None:
     def n(name: str) -> NodeName:
         return NodeName(name)
@@ -390,17 +449,17 @@ def test_find_slow_node_robust_statistics() -> None:
     five = [100.0] * 5
     assert find_slow_node({n("a"): five}, 0.2) is None
     two = find_slow_node({n("a"): five, n("b"): [130.0] * 5}, 0.2)
-    assert two is not None and two.node == "b" and two.ratio == pytest.approx(1.3)
+    assert two is not None and two.key == "b" and two.ratio == pytest.approx(1.3)
     # Peers spread widely: a 25% outlier is within their noise, so nobody is named.
     noisy = {n("a"): [60.0] * 5, n("b"): [100.0] * 5, n("c"): [140.0] * 5, n("d"): [175.0] * 5}
     assert find_slow_node(noisy, 0.2) is None
     # Two slow nodes: the slowest is named.
     both = {n("a"): five, n("b"): five, n("c"): [150.0] * 5, n("d"): [180.0] * 5}
     found = find_slow_node(both, 0.2)
-    assert found is not None and found.node == "d"
+    assert found is not None and found.key == "d"
     reverse = {n("a"): five, n("b"): five, n("c"): [180.0] * 5, n("d"): [150.0] * 5}
     found = find_slow_node(reverse, 0.2)
-    assert found is not None and found.node == "c"
+    assert found is not None and found.key == "c"
     zero = find_slow_node({n("a"): [0.001] * 5, n("b"): [0.0] * 5, n("c"): [0.0] * 5}, 0.2)
     assert zero is not None and zero.ratio == float("inf")
     assert mad([1.0, 2.0, 3.0, 10.0], 2.5) == 1.0

@@ -271,12 +271,14 @@ class ProgressTracker:
             now,
             None,
             f"job throughput {current:.3g} {unit} is below {1.0 - settings.straggler_drop:.0%}"
-            f" of its baseline {baseline:.3g} for {slow:.0f} s",
+            f" of its baseline {baseline:.3g} for {slow:.0f} s"
+            f" ({self._throughput.slow_samples} samples)",
             {
                 "baseline": f"{baseline:.6g}",
                 "current": f"{current:.6g}",
                 "unit": unit,
                 "slow_s": f"{slow:.3f}",
+                "slow_samples": str(self._throughput.slow_samples),
             },
         )
 

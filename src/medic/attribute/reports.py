@@ -11,6 +11,11 @@ Per-rank reports name a node only when they say which rank is behind:
 - **NVRx straggler detection** (``Rank=3 Node=node002 Score=0.41``): a rank whose relative or
   individual score is below :data:`SCORE_THRESHOLD` (NVRx's own default) is slow; its node is
   named when the slow ranks sit on a strict minority of the reported nodes.
+- **Megatron-LM's GPU sniff test** (``GEMM throughput (...) [TFLOP/s/GPU]: median=...`` then
+  ``OUTLIER rank 11 (dgx-b07): 588.12 (-20.7%)``): every metric is a throughput, so a rank below
+  the median is slow and one above it is ahead (healthy). A node whose ranks are slow outliers in
+  at least :data:`MIN_REPORTS` metric lines is named, when such nodes are a strict minority of the
+  job's: slow in a GEMM, its GPU (hardware); slow only in a bus bandwidth, its link (network).
 - **NCCL RAS, mismatch** (``30 ranks have launched up to operation 640`` / ``2 ranks have
   launched up to operation 641`` / ``Rank 12 -- GPU 4 managed by process ... on node H``): the
   listed ranks belong to the count line above them. They are behind only when that count is the
@@ -59,6 +64,8 @@ CLOCK_DROP = 0.1
 
 _MEGATRON = "megatron.straggler_report"
 _NVRX = "nvrx.rank_score"
+_SNIFF_METRIC = "megatron.sniff_metric"
+_SNIFF_OUTLIER = "megatron.sniff_outlier"
 _RAS_COUNT = "nccl.ras_operation_count"
 _RAS_RANK = "nccl.ras_rank"
 _RAS_DEAD = "nccl.ras_dead_process"
@@ -143,6 +150,48 @@ def _nvrx(
     return [_slow(v[0], n, "NVRx score below threshold") for n, v in sorted(slow.items())]
 
 
+def _sniff(
+    detections: Sequence[Detection],
+    nodes: Sequence[NodeName],
+    addresses: dict[str, NodeName],
+    rank_node: Callable[[int], NodeName | None],
+) -> list[Detection]:
+    ordered = sorted(
+        (d for d in detections if d.signature_id in (_SNIFF_METRIC, _SNIFF_OUTLIER)),
+        key=lambda d: d.seq,
+    )
+    metric: Detection | None = None
+    # node -> the metric lines it was slow in (by seq), whether one was a GEMM, its first line
+    slow: dict[NodeName, tuple[set[int], bool, Detection]] = {}
+    for d in ordered:
+        if d.signature_id == _SNIFF_METRIC:
+            metric = d
+            continue
+        try:
+            deviation = float(d.fields.get("deviation", ""))
+        except ValueError:
+            continue
+        if metric is None or deviation >= 0.0:
+            continue  # ahead of the median: healthy
+        node = host_node(d.fields.get("node", ""), nodes, addresses)
+        if node is None and d.fields.get("rank", "").isdigit():
+            node = rank_node(int(d.fields["rank"]))
+        if node is None:
+            continue
+        lines, gemm, first = slow.get(node, (set(), False, d))
+        slow[node] = (lines | {metric.seq}, gemm or "GEMM" in metric.text, first)
+    named = {n: v for n, v in slow.items() if len(v[0]) >= MIN_REPORTS}
+    if not named or len(named) * 2 >= max(len(nodes), len(named) + 1):
+        return []
+    return [
+        replace(
+            _slow(first, n, f"GPU sniff test: slow outlier in {len(lines)} metrics"),
+            domain=FaultDomain.HARDWARE if gemm else FaultDomain.NETWORK,
+        )
+        for n, (lines, gemm, first) in sorted(named.items())
+    ]
+
+
 def _ras_mismatch(
     detections: Sequence[Detection], nodes: Sequence[NodeName], addresses: dict[str, NodeName]
 ) -> list[Detection]:
@@ -216,6 +265,7 @@ def apply_report_rules(
     derived = [
         *_megatron(detections, rank_node),
         *_nvrx(detections, nodes, addresses, rank_node),
+        *_sniff(detections, nodes, addresses, rank_node),
         *_ras_mismatch(detections, nodes, addresses),
         *_ras_dead(detections, nodes, addresses),
     ]

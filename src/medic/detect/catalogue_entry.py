@@ -26,7 +26,8 @@ __all__ = ["CANONICAL_FIELDS", "parse_signature"]
 
 _FIELD_NAMES = """xid pci rank peer step exit_code signal gpu status vendor_err pid recovery_action
 device port errno iter_ms tokens_per_s compute_ms exception message code path opcode seconds loss
-node checkpoint address fabric clique score effect task it_per_s iter_s compute_s samples_per_s"""
+node checkpoint address fabric clique score effect task it_per_s iter_s compute_s
+samples_per_s deviation"""
 CANONICAL_FIELDS = frozenset(_FIELD_NAMES.split())
 """Field names a pattern's named groups and a signature's constants may use (docs/signatures.md;
 ``checkpoint`` is the document's own ``constants`` example)."""

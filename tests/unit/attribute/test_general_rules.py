@@ -224,6 +224,52 @@ def test_a_contained_xid94_restarts_without_excluding_unless_it_recurs() -> None
 
 
 # --- 6. stragglers from real jobs ---------------------------------------------------------------
+def _sniff(lines: list[tuple[str, list[tuple[int, str, str]]]]) -> list[Detection]:
+    """Megatron's GPU sniff test: (metric, [(rank, node, deviation)]) in print order."""
+    out: list[Detection] = []
+    for metric, outliers in lines:
+        text = f"  {metric} [TFLOP/s/GPU]: median=700.00, mean=690.00, min=560.00, max=760.00"
+        out.append(replace(noise("megatron.sniff_metric", "node001"), text=text, seq=len(out) + 1))
+        for rank, node, deviation in outliers:
+            d = noise("megatron.sniff_outlier", "node001", rank=str(rank), deviation=deviation)
+            out.append(replace(d, fields={**d.fields, "node": node}, seq=len(out) + 1))
+    return out
+
+
+def test_sniff_test_names_the_node_slow_in_two_metrics_not_the_ranks_ahead() -> None:
+    slow = [(r, "node003", "-18.0") for r in range(16, 24)]
+    ahead = [(3, "node001", "+12.5")]
+    once = [(9, "node002", "-14.0")]  # slow in one metric only: noise
+    lines = _sniff(
+        [("GEMM throughput (8192x8192x8192, bf16)", slow + ahead),
+         ("GEMM throughput (4096x4096x16384, bf16)", slow),
+         ("Send/recv busbw (DP PG, 268 MB)", once)]
+    )  # fmt: skip
+    v = verdict(lines, job=replace(JOB, state=JobState.RUNNING))
+    assert (v.domain, v.action, v.implicated_nodes) == (
+        FaultDomain.HARDWARE, JobAction.NONE, {"node003"},
+    )  # fmt: skip
+    # Slow only in bus bandwidths: the node's link.
+    link = [(r, "node004", "-30.0") for r in range(24, 32)]
+    v = verdict(
+        _sniff([("All-reduce busbw (global PG)", link), ("Send/recv busbw (DP PG)", link)]),
+        job=replace(JOB, state=JobState.RUNNING),
+    )
+    assert (v.domain, v.implicated_nodes) == (FaultDomain.NETWORK, {"node004"})
+    # Half of the job slow is not a node's fault; an outlier before any metric line is unread.
+    half = [(r, n, "-25.0") for r, n in ((8, "node002"), (16, "node003"))]
+    v = verdict(
+        _sniff([("GEMM a", half), ("GEMM b", half)]), job=replace(JOB, state=JobState.RUNNING)
+    )
+    assert v.implicated_nodes == set()
+    orphan = noise("megatron.sniff_outlier", "node001", rank="8", deviation="-40")
+    orphan = replace(orphan, fields={**orphan.fields, "node": "node002"})
+    assert (
+        verdict([orphan, orphan], job=replace(JOB, state=JobState.RUNNING)).implicated_nodes
+        == set()
+    )
+
+
 def test_nvrx_scores_name_the_slow_node_and_the_policy_excludes_it_next_time() -> None:
     scores = [
         det(

@@ -86,7 +86,14 @@ def _minority(count: int, total: int) -> bool:
     return 0 < count < SYSTEMIC_NODES and count * 2 < max(total, 2) + (1 if total == 2 else 0)
 
 
-_SRUN_NAMES_NODE = frozenset({"slurm.task_exit", "slurm.task_launch_failed", "slurm.node_failure"})
+_SRUN_NAMES_NODE = frozenset(
+    {
+        "slurm.task_exit",
+        "slurm.task_launch_failed",
+        "slurm.task_launch_failed_node_local",
+        "slurm.node_failure",
+    }
+)
 """srun's lines that name the node whose task failed (exit code, launch, node failure)."""
 _SRUN_NAMES_TASKS = frozenset(
     {"slurm.task_exit", "slurm.task_exit_sigterm", "slurm.task_killed", "slurm.task_terminated"}

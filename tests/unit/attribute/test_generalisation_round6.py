@@ -117,15 +117,21 @@ def test_a_node_s_own_kernel_says_what_srun_s_launch_failure_was() -> None:
         {"node003"},
     )
     assert v.summary.startswith("system_software fault")
+    # The node's own hardware line says what the launch failure was.
+    pcie = det("kernel.pcie_fatal", "node003", Role.CONFIRMATION, at=15, implicates_node=True,
+               domain=FaultDomain.HARDWARE)  # fmt: skip
+    v = verdict([*launch, pcie], window_seconds=300.0)
+    assert (v.domain, v.implicated_nodes) == (FaultDomain.HARDWARE, {"node003"})
     # Without the node's own line, srun's report is all there is: the scheduler's domain.
     assert verdict(launch).domain is FaultDomain.SCHEDULER
 
 
 def test_evidence_after_the_failure_window_does_not_change_the_domain() -> None:
     launch = [_launch_failed(n, 10) for n in NODES]
-    hung = det("kernel.hung_task", "node003", Role.CONFIRMATION, at=60, implicates_node=True)
-    assert verdict([*launch, hung], window_seconds=300.0).domain is FaultDomain.SYSTEM_SOFTWARE
-    assert verdict([*launch, hung], window_seconds=30.0).domain is FaultDomain.SCHEDULER
+    pcie = det("kernel.pcie_fatal", "node003", Role.CONFIRMATION, at=60, implicates_node=True,
+               domain=FaultDomain.HARDWARE)  # fmt: skip
+    assert verdict([*launch, pcie], window_seconds=300.0).domain is FaultDomain.HARDWARE
+    assert verdict([*launch, pcie], window_seconds=30.0).domain is FaultDomain.SCHEDULER
 
 
 # --- a warning does not name its node in a failure it did not cause ---------------------------

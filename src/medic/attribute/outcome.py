@@ -76,7 +76,10 @@ _AGENT_FAILED = frozenset(
     }
 )
 _CANCELLED = "slurm.cancelled"
-_ENDED_BY_SCHEDULER = frozenset({"slurm.preempted", "slurm.time_limit"})
+_PREEMPTED = frozenset({"slurm.preempted", "submitit.preempted"})
+_ENDED_BY_SCHEDULER = _PREEMPTED | {"slurm.time_limit", "submitit.timed_out"}
+"""Lines that say the scheduler ended the attempt for its own reasons (submitit's: it caught the
+signal Slurm sends before a time limit or a preemption)."""
 _FAILED_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL})
 _STATES = {
     JobState.CANCELLED: JobAction.NONE,
@@ -117,7 +120,7 @@ def scheduler_fact(job: Job, detections: Sequence[Detection]) -> SchedulerFact |
     ends = [d for d in detections if d.signature_id in _ENDED_BY_SCHEDULER]
     if ends:
         head = min(ends, key=order)
-        reason = "preempted" if head.signature_id == "slurm.preempted" else "out of time"
+        reason = "preempted" if head.signature_id in _PREEMPTED else "out of time"
         return SchedulerFact(JobAction.RESTART, reason, (head,))
     if cancels:
         head = min(cancels, key=order)

@@ -17,6 +17,13 @@ logs say which NVLink domain each node is in (NCCL's MNNVL line, :mod:`medic.att
   (within :data:`LINK_FOLLOW_SECONDS`) is the lost GPU's cascade, not evidence against the
   domain-mate. Only across nodes whose domain is known and shared: without MNNVL lines an NVLink
   error is the node's own (its NVSwitch links stay inside the node).
+- **The application's view of another node's link fault.** CUDA's uncorrectable NVLink error
+  (:data:`CUDA_NVLINK`) is what a process sees of a link its traffic crosses, its own or, in a
+  multi-node NVLink domain, another tray's. On a node whose own driver logged no link event and
+  lost no GPU, it is a cascade of the link event (Xid 74, 144-150) or GPU loss another node's
+  driver logged at most :data:`LINK_FOLLOW_SECONDS` before it, unless the two nodes' domains are
+  known and differ: NVLink traffic between nodes exists only inside a shared domain, so the same
+  error on two nodes at once says they share one even without an MNNVL line.
 
 Pure: no I/O; detections are replaced, never mutated.
 """
@@ -30,7 +37,14 @@ from medic.attribute.topology import nvlink_domains
 from medic.domain.diagnosis import Detection, Role
 from medic.domain.ids import NodeName
 
-__all__ = ["GPU_LOSS", "LINK_FOLLOW_SECONDS", "NVLINK_ERRORS", "fate_victims", "link_victims"]
+__all__ = [
+    "CUDA_NVLINK",
+    "GPU_LOSS",
+    "LINK_FOLLOW_SECONDS",
+    "NVLINK_ERRORS",
+    "fate_victims",
+    "link_victims",
+]
 
 GPU_LOSS = frozenset(
     {
@@ -47,30 +61,49 @@ NVLINK_ERRORS = frozenset(
     {"xid.74", *(f"xid.{code}" for code in range(144, 151)), "cuda.nvlink_uncorrectable"}
 )
 """Signatures of an NVLink link error, which either end of the link may report."""
+CUDA_NVLINK = "cuda.nvlink_uncorrectable"
+"""The one of them a process reports (the others are the driver's, in the node's kernel log)."""
 LINK_FOLLOW_SECONDS = 60.0
 """How long after a GPU loss its domain-mates' NVLink errors are still its cascade."""
 
 
 def link_victims(detections: Sequence[Detection]) -> list[Detection]:
-    """The detections with domain-mates' NVLink errors after a GPU loss made cascades of it (see
-    the module docstring); the others unchanged, in order."""
+    """The detections with domain-mates' NVLink errors after a GPU loss, and processes' NVLink
+    errors after another node's driver-logged link fault, made cascades of it (see the module
+    docstring); the others unchanged, in order."""
     domains = nvlink_domains(detections)
     losses: dict[str, list[tuple[float, NodeName]]] = {}
+    driver: list[tuple[float, NodeName]] = []
     for d in detections:
-        if d.signature_id in GPU_LOSS and d.node in domains and d.implicates_node:
+        if d.node is None or not d.implicates_node:
+            continue
+        if d.signature_id in GPU_LOSS and d.node in domains:
             losses.setdefault(domains[d.node], []).append((d.time.timestamp(), d.node))
-    if not losses:
+        if d.signature_id in GPU_LOSS or (
+            d.signature_id in NVLINK_ERRORS and d.signature_id != CUDA_NVLINK
+        ):
+            driver.append((d.time.timestamp(), d.node))
+    if not losses and not driver:
         return list(detections)
+    own = {node for _, node in driver}
     result = []
     for d in detections:
         domain = domains.get(d.node) if d.node is not None else None
-        if d.signature_id in NVLINK_ERRORS and domain in losses and d.implicates_node:
+        if d.signature_id in NVLINK_ERRORS and d.implicates_node and d.node is not None:
             when = d.time.timestamp()
             lost = [
                 node
-                for at, node in sorted(losses[domain])
+                for at, node in sorted(losses.get(domain, []) if domain is not None else [])
                 if node != d.node and at <= when <= at + LINK_FOLLOW_SECONDS
             ]
+            if not lost and d.signature_id == CUDA_NVLINK and d.node not in own:
+                lost = [
+                    node
+                    for at, node in sorted(driver)
+                    if node != d.node
+                    and at <= when <= at + LINK_FOLLOW_SECONDS
+                    and (domain is None or domains.get(node, domain) == domain)
+                ]
             if lost:
                 d = replace(
                     d, role=Role.CASCADE, implicates_node=False,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from medic.attribute import recommended_node_action
-from medic.attribute.fate import link_victims
+from medic.attribute.fate import LINK_FOLLOW_SECONDS, link_victims
 from medic.attribute.slowdown import SLOW_JOB_SIGNATURE_ID, apply_slowdown_rules
 from medic.detect.catalogue import node_actions
 from medic.domain.cluster import JobState
@@ -105,6 +105,23 @@ def test_nvlink_errors_before_the_loss_or_outside_its_domain_stay_evidence() -> 
     other = [noise("nccl.mnnvl_clique", "node001", fabric="cc.dd", clique="0x1")]
     rewritten = link_victims([*other, *_domain("node002"), lost, after])
     assert all(d.role is Role.ROOT for d in rewritten if d.signature_id == "xid.74")
+
+
+def test_a_process_nvlink_error_after_another_node_s_driver_link_event_is_its_cascade() -> None:
+    # No MNNVL line: node002's driver logs the link fault; node001 and node003 only see CUDA's
+    # error (their traffic crossed that link), node004 logged its own Xid 74 as well.
+    link = _hw("xid.149", "node002", 10)
+    cuda = [_hw("cuda.nvlink_uncorrectable", n, 10.5) for n in ("node001", "node002", "node003")]
+    own = [_hw("xid.74", "node004", 10.6), _hw("cuda.nvlink_uncorrectable", "node004", 10.7)]
+    v = verdict([link, *cuda, *own])
+    assert v.implicated_nodes == {"node002", "node004"}
+    # Before the driver's line, long after it, or in another known domain: the node's own.
+    early = _hw("cuda.nvlink_uncorrectable", "node001", 9)
+    late = _hw("cuda.nvlink_uncorrectable", "node003", 10 + LINK_FOLLOW_SECONDS + 1)
+    assert verdict([link, early, late]).implicated_nodes == {"node001", "node002", "node003"}
+    apart = [noise("nccl.mnnvl_clique", "node001", fabric="cc.dd", clique="0x1")]
+    moved = link_victims([*apart, *_domain("node002"), link, cuda[0]])
+    assert [d.role for d in moved if d.signature_id == "cuda.nvlink_uncorrectable"] == [Role.ROOT]
 
 
 # --- 8. tear-down after the launcher's termination signal ---------------------------------------

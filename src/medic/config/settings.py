@@ -133,6 +133,7 @@ DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
     "hf.path_not_found",
     "deepspeed.batch_config_error",
     "cuda.invalid_device_ordinal",
+    "cuda.kernel_assertion",
     "python.argparse_error",
     "python.env_var_missing",
     "nccl.loopback_interface",
@@ -142,7 +143,9 @@ DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
     "nccl.duplicate_gpu",
 )
 """Code and configuration errors of the user's program (issue 12, rule 4): exception class names
-and signature ids."""
+and signature ids. ``cuda.kernel_assertion`` is a kernel's own bounds check failing (an index past
+the embedding table, a label past the classes): IndexError on the GPU, which the same data
+raises again on any node."""
 
 
 @dataclass(frozen=True, slots=True)

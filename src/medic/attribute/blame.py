@@ -197,7 +197,7 @@ def _root_verdict(
             for d in run.implicating
         )
         confidence = 0.95 if corroborated else 0.9
-        summary = f"{primary.domain.value} fault on {primary.node}: "
+        summary = f"{domain.value} fault on {primary.node}: "
         summary += describe(primary, node=False)
     elif primary.domain is FaultDomain.APPLICATION:
         confidence = 0.4
@@ -231,16 +231,16 @@ def _domain(
 ) -> FaultDomain:
     """The verdict's domain: the primary root's, unless it names no node while the evidence
     against the implicated nodes in the failure window agrees on another infrastructure domain.
-    srun's "Task launch failed" is the scheduler's report of a symptom; the hung mount in that
-    node's own kernel log says what the fault is."""
-    if strength(primary) == 3 or not implicated:
+    srun's "Task launch failed" or "Node failure" is the scheduler's report of a symptom; the hung
+    mount or the machine check in that node's own kernel log says what the fault is."""
+    if (strength(primary) == 3 and primary.domain is not FaultDomain.SCHEDULER) or not implicated:
         return primary.domain
     backing = {
         d.domain
         for d in run.implicating
         if d.node in implicated
         and utc(d.time) <= horizon
-        and d.domain not in (FaultDomain.APPLICATION, FaultDomain.NONE)
+        and d.domain not in (FaultDomain.APPLICATION, FaultDomain.NONE, FaultDomain.SCHEDULER)
     }
     return backing.pop() if len(backing) == 1 else primary.domain
 

@@ -361,10 +361,11 @@ def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
     failure follow it closely: it takes the next stamp of its file when one comes within
     :data:`_NEXT_STAMP_LINES` lines, so that a launch-time stamp an hour earlier never makes it
     look first. Other unstamped lines keep the previous stamp; without any, the file's first
-    time, or the directory's earliest.
+    time. A file with no stamp at all (a job.out of srun's error lines) cannot be ordered
+    against the others: its lines take the time the stamped files' first fault line says the
+    failure began (then the directory's earliest), so that neither side wins by a clock it does
+    not have.
     """
-    earliest = min((f.first_time for f in files if f.first_time), default=None)
-    fallback = earliest or datetime(2000, 1, 1, tzinfo=UTC)
     starts = [f.first_seq for f in files]
     result = []
     for d in detections:
@@ -377,10 +378,14 @@ def _timed(detections: list[Detection], files: list[_File]) -> list[Detection]:
                 and f.run_ends[i] - d.seq <= _NEXT_STAMP_LINES
             ):
                 d = replace(d, time=f.run_end_times[i])
-        if d.time == _UNTIMED:
-            d = replace(d, time=f.first_time or fallback)
+        if d.time == _UNTIMED and f.first_time is not None:
+            d = replace(d, time=f.first_time)
         result.append(d)
-    return result
+    began = min((d.time for d in result if d.role in _FAULT_ROLES and d.time != _UNTIMED),
+                default=None)  # fmt: skip
+    earliest = min((f.first_time for f in files if f.first_time), default=None)
+    fallback = began or earliest or datetime(2000, 1, 1, tzinfo=UTC)
+    return [replace(d, time=fallback) if d.time == _UNTIMED else d for d in result]
 
 
 def _locate(d: Detection, files: list[_File]) -> EvidenceLine:

@@ -204,6 +204,23 @@ def test_peers_pointing_at_a_node_that_failed_on_its_own_are_its_cascade() -> No
     assert (v.domain, v.implicated_nodes) == (FaultDomain.SCHEDULER, {"node002"})
 
 
+def test_a_node_failure_takes_the_domain_of_the_node_s_own_evidence() -> None:
+    # srun's "Node failure on node002" (the scheduler's report) and node002's own kernel: an
+    # uncorrected memory error at the same moment says what failed.
+    failed = det(
+        "slurm.node_failure", None, Role.ROOT, domain=FaultDomain.SCHEDULER, at=10, seq=1,
+        implicates_node=True, fields={"node": "node002"},
+    )  # fmt: skip
+    ue = _hw("edac.uncorrected", "node002", 10)
+    v = verdict([failed, ue])
+    assert (v.domain, v.implicated_nodes) == (FaultDomain.HARDWARE, {"node002"})
+    assert v.summary.startswith("hardware fault on node002")
+    # Another node's hardware line does not explain node002's failure.
+    assert verdict([failed, _hw("edac.uncorrected", "node003", 10)]).implicated_nodes == {
+        "node002", "node003",
+    }  # fmt: skip
+
+
 def _report(k: int, mxr: int, clock: int, clock_rank: int) -> Detection:
     text = (
         f"[2026-03-20 09:{10 + k}:00] | MnRtt/Rnk: 3449.00ms/0 | MxRtt/Rnk: 3630.00ms/{mxr} |"

@@ -42,6 +42,7 @@ from medic.schedulers.slurm.requests import parse_request
 from medic.services import Services
 from medic.store import SqlStore, create_store, default_database_url
 from medic.telemetry.metrics import PrometheusMetrics
+from medic.telemetry.state import StateCollector
 from medic.workers import ProcessShardPool
 from medic.workers import second_opinion as make_second_opinion
 
@@ -132,6 +133,7 @@ def build(
     store = open_store(settings)
     parts = _cluster(settings, store, clock, start_workload)
     metrics = PrometheusMetrics()
+    metrics.registry.register(StateCollector(store, parts.scheduler.cluster, clock))
     diagnoser = SignatureDiagnoser(signatures)
     repairs = None
     if settings.repair.enabled:

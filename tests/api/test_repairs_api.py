@@ -777,3 +777,55 @@ def test_breaker_reset_is_audited(api: Api) -> None:
     assert event.subject_id == CLUSTER and event.time == tripped_at + timedelta(seconds=120)
     assert api.http.get("/api/v1/breaker").json() == body
     assert api.post(_detector()).status_code == 201, "detector requests flow again"
+
+
+# --- the state gauges of /metrics (deploy/prometheus/medic-rules.yaml reads them) ---------------
+def _gauges(api: Api) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of ``/metrics``: (name, labels) -> value."""
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for line in api.http.get("/metrics").text.splitlines():
+        match = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if match:
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match[2] or ""))
+            found[(match[1], labels)] = float(match[3])
+    return found
+
+
+def test_metrics_show_open_repairs_the_approval_wait_the_breaker_and_the_nodes(api: Api) -> None:
+    c = ("cluster", CLUSTER)
+    api.fire("n05")
+    created = api.post(_person(), actor="user:alice")
+    assert created.status_code == 201, created.text
+    api.clock.advance(90)
+    g = _gauges(api)
+    assert g[("medic_state_up", frozenset())] == 1.0
+    assert g[("medic_repairs_open", frozenset({c, ("state", "pending_approval")}))] == 1.0
+    assert g[("medic_repairs_open", frozenset({c, ("state", "approved")}))] == 0.0
+    assert g[("medic_repair_approval_wait_seconds", frozenset({c}))] == 90.0
+    assert g[("medic_breaker_tripped", frozenset({c}))] == 0.0
+    nodes = {dict(k[1])["health"]: v for k, v in g.items() if k[0] == "medic_nodes"}
+    assert nodes == {"healthy": NODES, "degraded": 0, "under_repair": 0, "out_of_service": 0}
+    assert sum(v for k, v in g.items() if k[0] == "medic_jobs") == 0
+    # Approved: nobody waits any more; the breaker tripped shows.
+    assert api.decide(created.json()["id"], "approve", header="user:bob").status_code == 200
+    api.store.set_breaker(
+        Breaker(CLUSTER, tripped=True, tripped_at=api.clock.now(), reason="test"),
+        expected_tripped=False,
+    )
+    g = _gauges(api)
+    assert g[("medic_repair_approval_wait_seconds", frozenset({c}))] == 0.0
+    assert g[("medic_repairs_open", frozenset({c, ("state", "approved")}))] == 1.0
+    assert g[("medic_breaker_tripped", frozenset({c}))] == 1.0
+
+
+def test_metrics_answer_when_the_store_does_not(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr(api.services.store, "list_jobs", down)
+    response = api.http.get("/metrics")
+    assert response.status_code == 200
+    g = _gauges(api)
+    assert g[("medic_state_up", frozenset())] == 0.0
+    assert not any(k[0] == "medic_repairs_open" for k in g)
+    assert any(k[0] == "medic_loop_pass_seconds_count" for k in g)

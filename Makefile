@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEPS   := pyproject.toml
 
-.PHONY: demo serve test lint typecheck imports pytest chromium bench clean
+.PHONY: demo serve test lint typecheck imports pytest chromium promtool bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,15 @@ chromium:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "make: /usr/bin/chromium is missing: apt-get install -y chromium (as root)" >&2; fi; }
 
-pytest: $(VENV)/.installed-dev chromium
+# The shipped alert rules (deploy/prometheus) are checked and unit-tested with Debian's real
+# promtool (package prometheus; its server is not started). Installed with apt when missing.
+promtool:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  else echo "make: promtool is missing: apt-get install -y prometheus (as root)" >&2; fi; }
+
+pytest: $(VENV)/.installed-dev chromium promtool
 	eval "$$($(BIN)/python tools/test_databases.py)"; \
 	echo "store suite engines: sqlite$${MEDIC_TEST_POSTGRES_URL:+ postgresql}$${MEDIC_TEST_MYSQL_URL:+ mariadb}"; \
 	$(BIN)/pytest

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from medic.api import clusters
 from medic.api.app import create_app
 from medic.config.loading import load_settings
 from medic.domain.attempts import Progress
@@ -31,8 +30,10 @@ from medic.domain.cluster import Job, JobState, Node, NodeState
 from medic.domain.faults import FaultKind
 from medic.domain.ids import ClusterName, JobId, NodeName
 from medic.measure.goodput import Cause, goodput
+from medic.measure.history import window_intervals
 from medic.services import Services
 from medic.store import create_store
+from medic.telemetry.state import StateCollector
 from medic.testing import FakeClock
 from medic.wiring import build
 
@@ -300,9 +301,44 @@ def test_a_job_stuck_before_its_first_step_is_badput_not_unmeasured(tmp_path: Pa
         store.sync_jobs(LAB, [again], t(-3000))
 
         start = t(-600)
-        found = clusters._intervals(store, LAB, store.list_jobs(LAB), start, now)
+        found = window_intervals(store, LAB, store.list_jobs(LAB), start, now)
         summary = goodput(found, start, now)
         assert summary.unmeasured == 0 and summary.unmeasured_jobs == 0
         assert summary.badput[Cause.NO_PROGRESS] == pytest.approx(2 * 600)
+    finally:
+        store.close()
+
+
+def test_the_goodput_gauge_is_the_last_hour_s_goodput(tmp_path: Path) -> None:
+    """``medic_goodput_ratio``: a job that progressed all hour (2 nodes) beside one stuck before
+    its first step since its restart (2 nodes): half the node time was productive."""
+    store = create_store(f"sqlite:///{tmp_path / 'medic.db'}")
+    try:
+        now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+        def t(seconds: float) -> datetime:
+            return now + timedelta(seconds=seconds)
+
+        clock = FakeClock(now)
+        healthy = _lab_job("H1", 2, JobState.RUNNING, t(-7200))
+        stuck = _lab_job("S1", 2, JobState.RUNNING, t(-7200))
+        store.sync_jobs(LAB, [healthy, stuck], t(-7200))
+        progress = Progress(first_step=1, last_step=50, last_checkpoint_step=50)
+        store.update_progress(LAB, JobId("S1"), 0, replace(progress, last_progress_at=t(-4000)))
+        store.update_progress(LAB, JobId("H1"), 0, replace(progress, last_progress_at=t(-10)))
+        restarted = replace(stuck, state=JobState.PENDING, restart_count=1)
+        store.sync_jobs(LAB, [healthy, restarted], t(-3600))
+        store.sync_jobs(
+            LAB, [healthy, replace(stuck, start_time=t(-3000), restart_count=1)], t(-3000)
+        )
+
+        samples = {
+            s.name: s.value
+            for family in StateCollector(store, LAB, clock).collect()
+            for s in family.samples
+        }
+        assert samples["medic_goodput_ratio"] == pytest.approx(0.5)
+        found = window_intervals(store, LAB, store.list_jobs(LAB), t(-3600), now)
+        assert goodput(found, t(-3600), now).ratio == pytest.approx(0.5)
     finally:
         store.close()

@@ -20,9 +20,9 @@ clock: nothing is precomputed, so a change of definition applies to the past too
 from __future__ import annotations
 
 import enum
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -39,13 +39,12 @@ from medic.api.schemas_clusters import (
     RepairCountsOut,
 )
 from medic.api.schemas_repairs import BreakerOut
-from medic.domain.attempts import Attempt
 from medic.domain.cluster import Job, Node
-from medic.domain.ids import ClusterName, JobId
+from medic.domain.ids import ClusterName
 from medic.domain.repairs import NodeHealth, NodeHealthEntry
 from medic.errors import NotFoundError
-from medic.measure import Goodput, Interval, goodput, goodput_series, intervals
-from medic.ports import Inventory
+from medic.measure import Goodput, goodput, goodput_series
+from medic.measure.history import window_goodput, window_intervals
 from medic.services import Services
 
 __all__ = ["router"]
@@ -83,7 +82,6 @@ Window = Annotated[
 Buckets = Annotated[
     int, Query(ge=1, le=MAX_BUCKETS, description="Equal slices of the window in the series")
 ]
-JobKey = tuple[ClusterName, JobId]
 
 
 def _services(request: Request) -> Services:
@@ -99,44 +97,10 @@ def _known(services: Services) -> dict[ClusterName, str | None]:
 
 
 # --- goodput -------------------------------------------------------------------------------------
-def _intervals(
-    store: Inventory,
-    cluster: ClusterName | None,
-    jobs: Sequence[Job],
-    start: datetime,
-    now: datetime,
-) -> list[Interval]:
-    """The intervals of every job that ran in ``[start, now)``, history completed where needed."""
-    found: dict[JobKey, list[Attempt]] = defaultdict(list)
-    for a in store.list_attempts_between(cluster, start, now):
-        found[(a.cluster, a.job_id)].append(a)
-    # The window can cut a downtime that started before it: a job restarted in the window after an
-    # attempt that ended before it, or a job still waiting to run again. Their full history is
-    # read (rare: one query per such job) so that downtime is not missed. So is that of a job
-    # none of whose attempts in the window saw progress: whether it ever reported progress (its
-    # time is then badput, not unmeasured) is a question about its whole history.
-    refetch: list[JobKey] = []
-    for job in jobs:
-        key = (job.cluster, JobId(job.id))
-        mine = found.get(key)
-        if mine:
-            earliest = min(mine, key=lambda a: a.number)
-            cut = earliest.number > 0 and earliest.started_at and earliest.started_at > start
-            silent = earliest.number > 0 and all(a.progress.last_step is None for a in mine)
-            if cut or silent:
-                refetch.append(key)
-        elif not job.state.is_terminal and job.restart_count > 0:
-            refetch.append(key)
-    for key in refetch:
-        found[key] = store.list_attempts(*key)
-    states = {(j.cluster, JobId(j.id)): j.state for j in jobs}
-    return intervals([a for attempts in found.values() for a in attempts], now, states)
-
-
 def _overview_goodput(services: Services, cluster: ClusterName, jobs: Sequence[Job]) -> Goodput:
     now = services.clock.now()
     start = now - OVERVIEW_WINDOW
-    return goodput(_intervals(services.store, cluster, jobs, start, now), start, now)
+    return window_goodput(services.store, cluster, jobs, start, now)
 
 
 @router.get(
@@ -157,7 +121,7 @@ def get_goodput(
         raise NotFoundError(f"cluster {name!r} is not known to medic; see /api/v1/clusters")
     now = services.clock.now()
     start = now - timedelta(seconds=window)
-    found = _intervals(services.store, name, jobs, start, now)
+    found = window_intervals(services.store, name, jobs, start, now)
     return GoodputOut(
         cluster=name,
         window_seconds=window,

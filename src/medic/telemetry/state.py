@@ -2,8 +2,10 @@
 
 The counters and histograms of :mod:`medic.telemetry.metrics` say what happened; alert rules
 also need what *is*: jobs by state, nodes by health, repairs by state, how long the oldest repair
-has waited for a person's approval, whether the circuit breaker is tripped
-(``deploy/prometheus/medic-rules.yaml`` reads them). :class:`StateCollector` answers them from
+has waited for a person's approval, whether the circuit breaker is tripped, and goodput over the
+last hour (:data:`GOODPUT_WINDOW`; the definition is :mod:`medic.measure.goodput`'s, the figure
+the API's ``/api/v1/goodput?window=3600`` gives). ``deploy/prometheus/medic-rules.yaml`` reads
+them. :class:`StateCollector` answers them from
 the store when Prometheus scrapes, so they are true in every replica and after a restart, and
 cost nothing between scrapes. Only open repairs are read (finished ones are counted by
 ``medic_repairs_total``), so a scrape does not grow with the repair history.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -33,16 +36,19 @@ from medic.domain.repairs import (
     Repair,
     RepairState,
 )
+from medic.measure.history import AttemptHistory, window_goodput
 from medic.ports.cluster import Clock
 
-__all__ = ["StateCollector", "StateStore"]
+__all__ = ["GOODPUT_WINDOW", "StateCollector", "StateStore"]
 
 logger = logging.getLogger(__name__)
 
 _OPEN = frozenset(s for s in RepairState if s not in TERMINAL_STATES)
+GOODPUT_WINDOW = timedelta(hours=1)
+"""The window of ``medic_goodput_ratio``: short enough that an alert sees a drop within it."""
 
 
-class StateStore(Protocol):
+class StateStore(AttemptHistory, Protocol):
     """What the gauges read (the SQL store has it all)."""
 
     def list_jobs(self, cluster: ClusterName | None = None) -> list[Job]: ...
@@ -106,6 +112,12 @@ class StateCollector(Collector):
             "Seconds the oldest repair awaiting a person's approval has waited (0: none waits).",
             labels=["cluster"],
         )
+        ratio = GaugeMetricFamily(
+            "medic_goodput_ratio",
+            "Productive share of the node time of the last hour's measured jobs (absent: no job"
+            " reported progress in it).",
+            labels=["cluster"],
+        )
         breaker = GaugeMetricFamily(
             "medic_breaker_tripped",
             "1 while the repair circuit breaker is tripped (nothing is approved automatically).",
@@ -113,7 +125,8 @@ class StateCollector(Collector):
         )
         if read:
             store = self._store
-            by_state = Counter(j.state for j in store.list_jobs(cluster))
+            known = store.list_jobs(cluster)
+            by_state = Counter(j.state for j in known)
             for state in JobState:
                 jobs.add_metric([cluster, state.value], by_state[state])
             unhealthy = {e.node: e.health for e in store.list_node_health(cluster)}
@@ -135,4 +148,7 @@ class StateCollector(Collector):
                 [cluster], max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
             )
             breaker.add_metric([cluster], 1.0 if store.get_breaker(cluster).tripped else 0.0)
-        yield from (jobs, nodes, repairs, waiting, breaker)
+            measured = window_goodput(store, cluster, known, now - GOODPUT_WINDOW, now).ratio
+            if measured is not None:
+                ratio.add_metric([cluster], measured)
+        yield from (jobs, nodes, repairs, waiting, breaker, ratio)

@@ -27,7 +27,7 @@ from medic.api import problems
 from medic.api.app import create_app
 from medic.api.repairs import router as repairs_router
 from medic.config.loading import load_settings
-from medic.domain.audit import AuditEvent, AuditKind
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.auth import Role
 from medic.domain.cluster import Node, NodeState
 from medic.domain.diagnosis import Severity
@@ -812,10 +812,30 @@ def test_metrics_show_open_repairs_the_approval_wait_the_breaker_and_the_nodes(a
         Breaker(CLUSTER, tripped=True, tripped_at=api.clock.now(), reason="test"),
         expected_tripped=False,
     )
+    # The watchdog's releases of the last hour, from the audit trail (not an engine's release,
+    # not one two hours old).
+    for key, age in (
+        ("watchdog/a1/g1/release", 60),
+        ("a2/g1/release", 60),
+        ("watchdog/a3/g1/release", 7200),
+    ):
+        api.store.append_audit(
+            AuditEvent(
+                time=api.clock.now() - timedelta(seconds=age),
+                actor="controller:c1",
+                kind=AuditKind.ACTION_SUCCEEDED,
+                subject_type=SubjectType.JOB,
+                subject_id="42",
+                cluster=CLUSTER,
+                action="release",
+                payload={"key": key, "component": "medic-watchdog"},
+            )
+        )
     g = _gauges(api)
     assert g[("medic_repair_approval_wait_seconds", frozenset({c}))] == 0.0
     assert g[("medic_repairs_open", frozenset({c, ("state", "approved")}))] == 1.0
     assert g[("medic_breaker_tripped", frozenset({c}))] == 1.0
+    assert g[("medic_watchdog_releases", frozenset({c}))] == 1.0
 
 
 def test_metrics_answer_when_the_store_does_not(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,13 +1,14 @@
 """State gauges for ``/metrics``: what the store holds now, read at scrape time.
 
 The counters and histograms of :mod:`medic.telemetry.metrics` say what happened; alert rules
-also need what *is*: jobs by state, nodes by health, repairs by state, how long the oldest repair
-has waited for a person's approval, whether the circuit breaker is tripped, and goodput over the
-last hour (:data:`GOODPUT_WINDOW`; the definition is :mod:`medic.measure.goodput`'s, the figure
-the API's ``/api/v1/goodput?window=3600`` gives). ``deploy/prometheus/medic-rules.yaml`` reads
-them. :class:`StateCollector` answers them from
-the store when Prometheus scrapes, so they are true in every replica and after a restart, and
-cost nothing between scrapes. Only open repairs are read (finished ones are counted by
+(``deploy/prometheus/medic-rules.yaml``) also need what *is*: jobs by state, nodes by health,
+repairs by state, how long the oldest repair has waited for a person's approval, whether the
+circuit breaker is tripped, how many held jobs the fail-open watchdog released in the last hour
+(from the audit trail: the watchdog runs beside the controller and reports only there), and
+goodput over the last hour (:data:`GOODPUT_WINDOW`; :mod:`medic.measure.goodput`'s definition,
+the figure ``/api/v1/goodput?window=3600`` gives). :class:`StateCollector` answers them from the
+store when Prometheus scrapes, so they are true in every replica and after a restart, and cost
+nothing between scrapes. Only open repairs are read (finished ones are counted by
 ``medic_repairs_total``), so a scrape does not grow with the repair history.
 
 A store that does not answer makes ``medic_state_up`` 0 and leaves the other gauges out of that
@@ -20,12 +21,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from medic.domain.actions import ActionKind
+from medic.domain.audit import AuditEvent, AuditKind
 from medic.domain.cluster import Job, JobState, Node
 from medic.domain.ids import ClusterName
 from medic.domain.repairs import (
@@ -45,7 +48,10 @@ logger = logging.getLogger(__name__)
 
 _OPEN = frozenset(s for s in RepairState if s not in TERMINAL_STATES)
 GOODPUT_WINDOW = timedelta(hours=1)
-"""The window of ``medic_goodput_ratio``: short enough that an alert sees a drop within it."""
+"""The window of ``medic_goodput_ratio`` and ``medic_watchdog_releases``: short enough that an
+alert sees a change within it."""
+_AUDIT_LIMIT = 100_000
+"""Action-succeeded events of the last hour read at most per scrape."""
 
 
 class StateStore(AttemptHistory, Protocol):
@@ -65,6 +71,15 @@ class StateStore(AttemptHistory, Protocol):
     ) -> list[Repair]: ...
 
     def get_breaker(self, cluster: ClusterName) -> Breaker: ...
+
+    def query_audit(
+        self,
+        *,
+        cluster: ClusterName | None = None,
+        kind: AuditKind | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEvent]: ...
 
 
 class StateCollector(Collector):
@@ -118,6 +133,12 @@ class StateCollector(Collector):
             " reported progress in it).",
             labels=["cluster"],
         )
+        released = GaugeMetricFamily(
+            "medic_watchdog_releases",
+            "Held jobs the fail-open watchdog released (recovery did not converge) in the last"
+            " hour, as its audit events arrived.",
+            labels=["cluster"],
+        )
         breaker = GaugeMetricFamily(
             "medic_breaker_tripped",
             "1 while the repair circuit breaker is tripped (nothing is approved automatically).",
@@ -148,7 +169,20 @@ class StateCollector(Collector):
                 [cluster], max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
             )
             breaker.add_metric([cluster], 1.0 if store.get_breaker(cluster).tripped else 0.0)
+            succeeded = store.query_audit(
+                cluster=cluster,
+                kind=AuditKind.ACTION_SUCCEEDED,
+                since=now - GOODPUT_WINDOW,
+                limit=_AUDIT_LIMIT,
+            )
+            released.add_metric([cluster], sum(1 for e in succeeded if _watchdog_release(e)))
             measured = window_goodput(store, cluster, known, now - GOODPUT_WINDOW, now).ratio
             if measured is not None:
                 ratio.add_metric([cluster], measured)
-        yield from (jobs, nodes, repairs, waiting, breaker, ratio)
+        yield from (jobs, nodes, repairs, waiting, breaker, released, ratio)
+
+
+def _watchdog_release(event: AuditEvent) -> bool:
+    """The watchdog's own release (docs/audit-events.md): its key says so, whatever the actor."""
+    key = event.payload.get("key")
+    return event.action == ActionKind.RELEASE.value and str(key).startswith("watchdog/")

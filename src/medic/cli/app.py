@@ -7,7 +7,19 @@ from typing import Annotated
 import typer
 
 import medic
-from medic.cli import agent, alerts, config, controller, demo, dev, diagnose, query, serve, tokens
+from medic.cli import (
+    agent,
+    alerts,
+    config,
+    controller,
+    demo,
+    dev,
+    diagnose,
+    query,
+    repairs,
+    serve,
+    tokens,
+)
 from medic.cli.common import State
 
 __all__ = ["app"]
@@ -49,3 +61,4 @@ dev.register(app)
 agent.register(app)
 tokens.register(app)
 alerts.register(app)
+repairs.register(app)

@@ -69,9 +69,10 @@ class _Cluster:
     provider: NodeProvider
 
 
-def open_store(settings: Settings) -> SqlStore:
-    """The configured store, migrated to the latest schema."""
-    return create_store(settings.store.url or default_database_url())
+def open_store(settings: Settings, *, migrate: bool = True) -> SqlStore:
+    """The configured store, migrated to the latest schema (``migrate=False``: read as it is;
+    an older or missing schema is a ``StoreError``)."""
+    return create_store(settings.store.url or default_database_url(), migrate=migrate)
 
 
 def build_scheduler(settings: Settings, *, clock: Clock | None = None) -> Scheduler:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner, Result
 
 import medic
@@ -30,6 +31,8 @@ from medic.config.settings import Settings
 from medic.domain.cluster import JobSpec
 from medic.domain.faults import FaultKind
 from medic.services import Services
+from medic.store import create_store
+from medic.store.engine import schema_revisions, upgrade_schema
 from medic.testing import FakeClock
 from medic.wiring import build
 
@@ -352,10 +355,39 @@ def test_audit_unknown_kind_is_a_usage_error(populated: Populated) -> None:
 
 
 def test_read_commands_on_an_empty_store(tmp_path: Path) -> None:
-    env = {"MEDIC_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}"}
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    create_store(url).close()  # medic's schema, nothing in it
+    env = {"MEDIC_DATABASE_URL": url}
 
     for command in ("jobs", "nodes", "advice", "audit"):
         assert invoke_json([command], env) == [], command
+
+
+def test_read_commands_never_create_or_migrate_a_database(tmp_path: Path) -> None:
+    """A command that only reads changes nothing: no database file appears, an older schema is
+    not upgraded; one line says what to do, exit code 2."""
+    missing = tmp_path / "none.db"
+    proc = run_medic(["jobs"], _subprocess_env(tmp_path, MEDIC_DATABASE_URL=f"sqlite:///{missing}"))
+    assert proc.returncode == 2 and not missing.exists()
+    assert proc.stderr.count("\n") == 1 and f"no database at {missing}" in proc.stderr
+    old = tmp_path / "old.db"
+    engine = sa.create_engine(f"sqlite:///{old}")
+    upgrade_schema(engine, "0007")
+    engine.dispose()
+    proc = run_medic(["nodes"], _subprocess_env(tmp_path, MEDIC_DATABASE_URL=f"sqlite:///{old}"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is at revision 0007, medic needs 0008" in proc.stderr
+    engine = sa.create_engine(f"sqlite:///{old}")
+    assert schema_revisions(engine)[0] == "0007"
+    engine.dispose()
+
+
+def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://medic:secret@127.0.0.1:1/medic"  # nothing listens on port 1
+    proc = run_medic(["jobs"], _subprocess_env(tmp_path, MEDIC_DATABASE_URL=url))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "127.0.0.1:1" in proc.stderr and "secret" not in proc.stderr
 
 
 # --- configuration errors -------------------------------------------------------------------

@@ -44,7 +44,7 @@ def list_alerts(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """The alerts, oldest first."""
-    store = open_store(settings_of(ctx))
+    store = open_store(settings_of(ctx), migrate=False)
     found = store.list_alerts(
         cluster=ClusterName(cluster) if cluster else None,
         node=NodeName(node) if node else None,

@@ -99,7 +99,11 @@ def register(app: typer.Typer) -> None:
             if job is not None:
                 settings = settings_of(ctx)
                 found = diagnose_stored(
-                    open_store(settings), settings, job, attempt=attempt, cluster=cluster
+                    open_store(settings, migrate=False),
+                    settings,
+                    job,
+                    attempt=attempt,
+                    cluster=cluster,
                 )
                 diagnosis, recorded = found.diagnosis, found.recorded
             else:

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def jobs(ctx: typer.Context, cluster: ClusterOpt = None, as_json: JsonOpt = False) -> None:
         """Jobs medic watches, with their current advice."""
-        store = open_store(settings_of(ctx))
+        store = open_store(settings_of(ctx), migrate=False)
         name = ClusterName(cluster) if cluster else None
         advice = {(a.cluster, a.job_id): a for a in store.list_advice(cluster=name)}
         rows = [
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         """Nodes: their scheduler state and medic's health of them."""
         settings = settings_of(ctx)
         name = ClusterName(cluster or settings.scheduler.cluster)
-        store = open_store(settings)
+        store = open_store(settings, migrate=False)
         found = NodeOut.listing(store, store, name)
         rows = [n.model_dump(mode="json") for n in found if health is None or n.health is health]
         cols = ["cluster", "name", "state", "health", "partitions", "gpus", "reason"]
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """medic's recommendations per job, with their reconciliation status."""
-        store = open_store(settings_of(ctx))
+        store = open_store(settings_of(ctx), migrate=False)
         name = ClusterName(cluster) if cluster else None
         rows = [
             AdviceOut.of(a).model_dump(mode="json")
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """The audit trail: every detection, verdict, advice and action, oldest first."""
-        store = open_store(settings_of(ctx))
+        store = open_store(settings_of(ctx), migrate=False)
         start = parse_since(since, datetime.now(UTC)) if since else None
         events = store.query_audit(
             cluster=ClusterName(cluster) if cluster else None,

@@ -53,7 +53,7 @@ def list_repairs(
     states = set(state or RepairState)
     if open_only:
         states -= TERMINAL_STATES
-    store = open_store(settings_of(ctx))
+    store = open_store(settings_of(ctx), migrate=False)
     found = store.list_repairs(
         cluster=ClusterName(cluster) if cluster else None,
         node=NodeName(node) if node else None,
@@ -70,7 +70,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """One repair with its evidence and validations."""
-    store = open_store(settings_of(ctx))
+    store = open_store(settings_of(ctx), migrate=False)
     repair = store.get_repair(repair_id)
     if repair is None:
         typer.echo(

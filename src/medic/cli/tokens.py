@@ -75,7 +75,7 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Every token (revoked ones too), without secrets."""
-    store = open_store(settings_of(ctx))
+    store = open_store(settings_of(ctx), migrate=False)
     try:
         tokens = store.list_tokens()
     finally:

@@ -22,6 +22,8 @@ import platformdirs
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -171,6 +173,15 @@ def migrations_config() -> Config:
     # ConfigParser interpolation: a literal % in the install path must be doubled.
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     return config
+
+
+def schema_revisions(engine: Engine) -> tuple[str | None, str | None]:
+    """(the database's Alembic revision, None when it has no medic schema; the newest one medic
+    knows). Reads only."""
+    script = ScriptDirectory.from_config(migrations_config())
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    return current, script.get_current_head()
 
 
 def upgrade_schema(engine: Engine, revision: str = "head") -> None:

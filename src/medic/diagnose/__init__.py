@@ -63,7 +63,7 @@ from medic.detect.catalogue import node_actions
 from medic.detect.matcher import SignatureDiagnoser, strip_rank_prefix
 from medic.detect.progress import ProgressTracker
 from medic.detect.signatures import Signature
-from medic.diagnose.placement import HOST, Placement, host_name, untagged
+from medic.diagnose.placement import HOST, Placement, host_name, ray_worker, untagged
 from medic.diagnose.stamps import line_time, year_of
 from medic.domain.cluster import Job, JobState
 from medic.domain.diagnosis import Detection, Role, Verdict
@@ -257,6 +257,7 @@ def diagnose_directory(
         for raw in _lines(f.path):
             # The tag and colours go first: a glog stamp after "host: " opens the line then.
             text, tagged = untagged(raw, node_files)
+            text, ray_ip = ray_worker(text)
             seq += 1
             f.printed = f.printed or bool(text.strip())
             stamp = line_time(strip_rank_prefix(text)[0], year)
@@ -271,7 +272,7 @@ def diagnose_directory(
             elif run_start is None:
                 run_start = seq
             line = _line(text, tagged, f, node_files, last or _UNTIMED, seq)
-            where.note(line, f.node, stamp is not None)
+            where.note(line, f.node, stamp is not None, ray_ip)
             batch.append(line)
             if len(batch) >= _BATCH:
                 detections += engine.scan(batch)

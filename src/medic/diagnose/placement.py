@@ -18,7 +18,7 @@ from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
 from medic.domain.logs import LogLine
 
-__all__ = ["HOST", "Placement", "host_name", "untagged"]
+__all__ = ["HOST", "Placement", "host_name", "ray_worker", "untagged"]
 
 HOST = re.compile(
     r"^(?P<nccl>[A-Za-z][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]"
@@ -28,7 +28,10 @@ HOST = re.compile(
 )
 """Prefixes that name the host a line of the job's combined output came from."""
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
-_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}, ip=(?P<ip>[\w.:-]{3,64})\) ")
+_RAY = re.compile(
+    r"\((?:(?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}|raylet)(?:, ip=(?P<ip>[\w.:-]{3,64}))?"
+    r"(?:, repeated \d{1,9}x across cluster)?\) "
+)
 _RAY_TASK = re.compile(r"\bray::[\w.:<>]{1,120}\(\) \(pid=\d{1,10}, ip=(?P<ip>[\w.:-]{3,64})[,)]")
 _NCCL_INIT = re.compile(
     r"NCCL INFO comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7}) "
@@ -54,6 +57,16 @@ def untagged(text: str, known: frozenset[NodeName]) -> tuple[str, NodeName | Non
     return text, None
 
 
+def ray_worker(text: str) -> tuple[str, str | None]:
+    """The line without the prefix a Ray driver puts before a worker's output (``(WorkerDict
+    pid=23113, ip=10.20.0.13) ``, ``(raylet, ip=...) ``, ``(pid=12) ``), and the worker's
+    address (None: no prefix, or one without an address). What the worker printed, its stamp and
+    rank prefix included, is then read as if from the worker's own log."""
+    if not text.startswith("(") or (ray := _RAY.match(text)) is None:
+        return text, None
+    return text[ray.end() :], ray["ip"] or ""
+
+
 @dataclass
 class Placement:
     """What the directory's lines say about where things run, gathered line by line."""
@@ -71,18 +84,23 @@ class Placement:
     def new_file(self) -> None:
         self._remote = None
 
-    def note(self, line: LogLine, file_node: NodeName | None, stamped: bool) -> None:
-        """Take one line into account (``stamped``: it printed a time of its own)."""
+    def note(
+        self, line: LogLine, file_node: NodeName | None, stamped: bool, ray_ip: str | None = None
+    ) -> None:
+        """Take one line into account (``stamped``: it printed a time of its own; ``ray_ip``: the
+        worker address of a Ray prefix taken off it, "" for one without an address)."""
         text = line.text
         if file_node is not None and line.rank is not None:
             self.seen_ranks.setdefault(line.rank, file_node)
         elif line.node is not None:
             self.hosts.add(line.node)
-        if text.startswith("(") and (ray := _RAY.match(text)):
-            self._ray_lines[line.seq], self._remote = ray["ip"], None
-            if (named := HOST.match(text[ray.end() :])) and named["nccl"]:
-                host = host_name(named["nccl"], self.known)
-                self._ray_hosts.setdefault(ray["ip"], set()).add(host)
+        if ray_ip is not None:
+            self._remote = None
+            if ray_ip:
+                self._ray_lines[line.seq] = ray_ip
+                if (named := HOST.match(text)) and named["nccl"]:
+                    host = host_name(named["nccl"], self.known)
+                    self._ray_hosts.setdefault(ray_ip, set()).add(host)
         elif "ray::" in text and (task := _RAY_TASK.search(text)):
             self._remote = task["ip"]  # the remote traceback of a worker's task follows
         elif self._remote is not None and (stamped or text.startswith("ray.")):

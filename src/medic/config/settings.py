@@ -132,6 +132,7 @@ DEFAULT_DETERMINISTIC_ERRORS: tuple[str, ...] = (
     "python.checkpoint_not_found",
     "hf.path_not_found",
     "deepspeed.batch_config_error",
+    "llamafactory.no_valid_samples",
     "cuda.invalid_device_ordinal",
     "cuda.kernel_assertion",
     "python.argparse_error",

@@ -241,10 +241,11 @@ class ProgressTracker:
         """A slow-node finding, else a slow-job finding, each at most once per attempt.
 
         Both need the condition to hold for ``straggler_seconds``. When both hold, the slow node
-        comes first; call again for the other. ``slow_samples``: a job slow for that many
-        progress samples in a row counts too, however short they were (a post-mortem reads a log
-        that ends where it ends: a slowdown that lasted until then is the finding, and no later
-        line can show it was a blip).
+        comes first; call again for the other. ``slow_samples`` (a post-mortem): a job slow for
+        that many progress samples in a row counts too, however short they were, and a slow node
+        counts by the medians of what was read (a post-mortem reads a log that ends where it
+        ends: a slowdown that lasted until then is the finding, and no later line can show it
+        was a blip).
         """
         if "slow_node" not in self._reported:
             found = self._check_slow_node(now, settings, persist=slow_samples is None)

@@ -124,6 +124,19 @@ def _megatron(
     return [_slow(first[rank], node, f"rank {rank} slowest in {count} of {len(reports)} reports")]
 
 
+def _reported_node(
+    d: Detection,
+    nodes: Sequence[NodeName],
+    addresses: dict[str, NodeName],
+    rank_node: Callable[[int], NodeName | None],
+) -> NodeName | None:
+    """The node a per-rank report line names: its host (or address), else its rank's node."""
+    node = host_node(d.fields.get("node", ""), nodes, addresses)
+    if node is None and d.fields.get("rank", "").isdigit():
+        node = rank_node(int(d.fields["rank"]))
+    return node
+
+
 def _nvrx(
     detections: Sequence[Detection],
     nodes: Sequence[NodeName],
@@ -138,9 +151,7 @@ def _nvrx(
             score = float(d.fields.get("score", ""))
         except ValueError:
             continue
-        node = host_node(d.fields.get("node", ""), nodes, addresses)
-        if node is None and d.fields.get("rank", "").isdigit():
-            node = rank_node(int(d.fields["rank"]))
+        node = _reported_node(d, nodes, addresses, rank_node)
         if node is not None:
             scored.setdefault(node, []).append((score, d))
     slow = {n: [d for s, d in v if s < SCORE_THRESHOLD] for n, v in scored.items()}
@@ -173,9 +184,7 @@ def _sniff(
             continue
         if metric is None or deviation >= 0.0:
             continue  # ahead of the median: healthy
-        node = host_node(d.fields.get("node", ""), nodes, addresses)
-        if node is None and d.fields.get("rank", "").isdigit():
-            node = rank_node(int(d.fields["rank"]))
+        node = _reported_node(d, nodes, addresses, rank_node)
         if node is None:
             continue
         lines, gemm, first = slow.get(node, (set(), False, d))

@@ -13,6 +13,7 @@ type, so callers never parse messages to decide whether to try again::
     │   └── UnauthorizedError       credentials were refused
     ├── StoreError                  the database failed
     │   └── ConflictError           a compare-and-set lost a race; re-read and decide again
+    │       └── FencedError         a write carried a fencing token its lease no longer has
     ├── PolicyViolation             the decision core refused an action (act on an observed job)
     └── SafetyBudgetExceeded        a guardrail (budget, breaker) stopped an action
 
@@ -25,6 +26,7 @@ __all__ = [
     "AdapterError",
     "ConfigError",
     "ConflictError",
+    "FencedError",
     "InputError",
     "MedicError",
     "NotFoundError",
@@ -93,6 +95,11 @@ class StoreError(MedicError):
 
 class ConflictError(StoreError):
     """A compare-and-set update lost a race; the caller must re-read and decide again."""
+
+
+class FencedError(ConflictError):
+    """A step was recorded under a lease this process no longer holds (its fencing token is not
+    the lease's, or the lease ran out): another process may act now, so this one must not."""
 
 
 class PolicyViolation(MedicError):

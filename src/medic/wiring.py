@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from medic.config.settings import Settings
+from medic.control.leases import LeaseKeeper, process_holder
 from medic.control.loop import ControlLoop
 from medic.detect.catalogue import site_catalogue
 from medic.detect.matcher import SignatureDiagnoser
 from medic.domain.cluster import JobSpec
 from medic.domain.ids import ClusterName
+from medic.domain.leases import controller_lease, loop_lease
 from medic.errors import ConfigError
 from medic.ports import (
     Clock,
@@ -151,6 +153,12 @@ def build(
         )
     second_opinion = make_second_opinion(settings, store, clock)
     shards = ProcessShardPool(settings) if settings.loop.workers > 1 else None
+    cluster, ttl = parts.scheduler.cluster, settings.controller.lease_seconds
+    holder = process_holder()
+    leases = [
+        LeaseKeeper(store, name, clock=clock, ttl_seconds=ttl, metrics=metrics, holder=holder)
+        for name in (loop_lease(cluster), controller_lease(cluster))
+    ]
     loop = ControlLoop(
         scheduler=parts.scheduler,
         logs=parts.logs,
@@ -163,6 +171,9 @@ def build(
         repairs=repairs,
         second_opinion=second_opinion,
         shards=shards,
+        lease=leases[0],
+        controller_lease=leases[1],
+        single_process=store.single_process,
     )
 
     def close() -> None:

@@ -38,7 +38,11 @@ _IDS = [f"{method} {path}" for method, path, _ in OPERATIONS]
 
 def _roles_key(method: str, path: str) -> tuple[str, str]:
     """The roles table's key: its paths keep Starlette's converters (``{key:path}``)."""
-    return (method, "/api/v1/actions/{key:path}" if path == "/api/v1/actions/{key}" else path)
+    converted = {
+        "/api/v1/actions/{key}": "/api/v1/actions/{key:path}",
+        "/api/v1/leases/{name}": "/api/v1/leases/{name:path}",
+    }
+    return (method, converted.get(path, path))
 
 
 @pytest.mark.parametrize(("method", "path", "operation"), OPERATIONS, ids=_IDS)

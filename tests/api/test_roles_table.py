@@ -77,11 +77,14 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/advice"): ADVICE_READERS,
     ("GET", "/api/v1/advice/{advice_id}"): ADVICE_READERS,
     ("GET", "/api/v1/actions/{key:path}"): ADVICE_READERS,
+    ("GET", "/api/v1/leases"): ADVICE_READERS,
     # a controller's writes
     ("PUT", "/api/v1/advice/{advice_id}/reconciliation"): CONTROLLER,
     ("POST", "/api/v1/actions"): CONTROLLER,
     ("PUT", "/api/v1/actions/{key:path}"): CONTROLLER,
     ("POST", "/api/v1/audit"): CONTROLLER,
+    ("PUT", "/api/v1/leases/{name:path}"): CONTROLLER,
+    ("DELETE", "/api/v1/leases/{name:path}"): CONTROLLER,
     # detectors' intake (and a person's repair request)
     ("POST", "/api/v1/alerts"): DETECTOR,
     ("POST", "/api/v1/repairs"): REQUESTERS,
@@ -178,6 +181,7 @@ def _body(method: str, path: str, caller: str, rig: Rig) -> Any:
         ("POST", "/api/v1/session"): {"token": rig.tokens.get(caller, "medic_not-a-token")},
         ("POST", "/api/v1/actions"): {"key": f"roles/{n}", "cluster": "sim", "kind": "release"},
         ("PUT", "/api/v1/actions/{key:path}"): {"status": "succeeded"},
+        ("PUT", "/api/v1/leases/{name:path}"): {"holder": f"roles-{n}", "ttl_seconds": 5},
         ("PUT", "/api/v1/advice/{advice_id}/reconciliation"): {
             "observed_generation": 1,
             "status": "converged",

@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 
-from medic.control.executor import GIVE_UP_SECONDS, Controller
+from medic.control.executor import Controller
+from medic.control.retries import GIVE_UP_SECONDS
 from medic.domain.actions import ActionKind, ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
 from medic.domain.audit import AuditKind

@@ -105,9 +105,10 @@ def test_a_medic_replaced_after_the_hold_releases_once_and_never_requeues_again(
     converged = _evacuation(h, job)
     assert (converged.id, converged.generation) == (held.id, held.generation), "not republished"
     assert converged.status is Reconciliation.CONVERGED
-    # the hold the dead medic issued (its outcome never recorded) is seen done, not repeated
+    # the hold the dead medic issued (its outcome never recorded) is seen done, not repeated,
+    # and recorded as succeeded (its outcome found from the scheduler), not as skipped
     assert _ledger(h, job, converged) == [
-        (ActionKind.REQUEUE_HOLD, ActionStatus.SKIPPED),
+        (ActionKind.REQUEUE_HOLD, ActionStatus.SUCCEEDED),
         (ActionKind.EXCLUDE_NODES, ActionStatus.SUCCEEDED),
         (ActionKind.RELEASE, ActionStatus.SUCCEEDED),
     ]

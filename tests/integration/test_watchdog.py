@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from api.auth_kit import grant
+from medic.config.settings import ControllerSettings
 from medic.control.journal import Journal
 from medic.control.watchdog import Watchdog
 from medic.domain.advice import Advice, AdviceAction, Reconciliation
@@ -185,7 +186,9 @@ def test_converged_advice_clears_the_journal(remote: Remote) -> None:
     job, bad, advice = held_job(remote)
     assert len(remote.journal_data()["holds"]) == 1
 
-    remote.run(remote.proxy())  # a new controller finishes the requeue
+    # a new controller finishes the requeue, once the killed one's lease ran out
+    advance(h, ControllerSettings().lease_seconds + 1)
+    remote.run(remote.proxy())
 
     stored = h.store.get_advice(advice.id)
     assert stored is not None and stored.status is Reconciliation.CONVERGED

@@ -41,6 +41,7 @@ from medic.domain.advice import Advice
 from medic.domain.audit import AuditEvent
 from medic.domain.auth import Principal, Role
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.leases import Fence
 from medic.errors import ConflictError, InputError, NotFoundError
 from medic.services import Services
 
@@ -147,7 +148,11 @@ def get_action(request: Request, key: KeyPath) -> ActionRecordOut:
 )
 def begin_action(request: Request, response: Response, body: ActionBeginIn) -> ActionRecordOut:
     """Begin a step under its idempotency key: 201 with the new record, or 200 with the record
-    that already holds the key (another run began it; the caller decides from the scheduler)."""
+    that already holds the key (another run began it; the caller decides from the scheduler).
+
+    Fenced (``fence``): 409 unless that is the lease's holder and token
+    and the lease has not run out, checked in the transaction that records the step; a step
+    whose last try failed is begun again (201)."""
     services = _services(request)
     if body.advice_id is not None:
         advice = _advice(services, body.advice_id)
@@ -167,7 +172,8 @@ def begin_action(request: Request, response: Response, body: ActionBeginIn) -> A
         advice_id=AdviceId(body.advice_id) if body.advice_id else None,
         started_at=services.clock.now(),
     )
-    if not services.store.begin_action(record):
+    fence = None if body.fence is None else Fence(**body.fence.model_dump())
+    if not services.store.begin_action(record, fence):
         response.status_code = 200
     stored = services.store.get_action(body.key)
     if stored is None:  # begun a moment ago: only a database that lost the write gets here
@@ -179,12 +185,14 @@ def begin_action(request: Request, response: Response, body: ActionBeginIn) -> A
     "/actions/{key:path}",
     response_model=ActionRecordOut,
     dependencies=[_Controller],
-    responses=problems(400, 404, 422),
+    responses=problems(400, 404, 409, 422),
 )
 def finish_action(request: Request, key: KeyPath, body: ActionFinishIn) -> ActionRecordOut:
-    """Record a step's outcome (404 when the key was never begun)."""
+    """Record a step's outcome (404 when the key was never begun; with ``begun_by``, 409 when
+    that try is no longer the one recorded)."""
     services = _services(request)
-    services.store.finish_action(key, body.status, services.clock.now(), body.error)
+    begun_by = None if body.begun_by is None else (body.begun_by.holder, body.begun_by.token)
+    services.store.finish_action(key, body.status, services.clock.now(), body.error, begun_by)
     stored = services.store.get_action(key)
     if stored is None:
         raise NotFoundError(f"scheduler action {key!r} was never begun")

@@ -27,6 +27,7 @@ from medic.api.alerts import router as alerts_router
 from medic.api.auth import refuse_before_body, startup_notice
 from medic.api.auth import router as tokens_router
 from medic.api.clusters import router as clusters_router
+from medic.api.leases import router as leases_router
 from medic.api.limits import BodyGuard, BodyLimits
 from medic.api.openapi import install_openapi, problems
 from medic.api.policy import router as policy_router
@@ -91,6 +92,7 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
     app.include_router(router)
     app.include_router(clusters_router)
     app.include_router(advice_router)
+    app.include_router(leases_router)
     app.include_router(alerts_router)
     app.include_router(repairs_router)
     app.include_router(policy_router)

@@ -256,6 +256,10 @@ class ActionOut(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     error: str | None
+    holder: str | None = None
+    """The process that began the latest try (a lease holder; null: unfenced)."""
+    token: int | None = None
+    """The fencing token that try was begun under."""
 
     @classmethod
     def of(cls, a: ActionRecord) -> ActionOut:
@@ -269,6 +273,8 @@ class ActionOut(BaseModel):
             started_at=a.started_at,
             finished_at=a.finished_at,
             error=a.error,
+            holder=a.holder,
+            token=a.token,
         )
 
 

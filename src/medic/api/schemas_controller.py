@@ -4,9 +4,10 @@ the audit events a controller may write."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from medic.api.jsonschema import only
 from medic.api.schemas import MAX_PAYLOAD_BYTES, ActionOut, Name, Reason, Request
@@ -14,6 +15,7 @@ from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.advice import Reconciliation
 from medic.domain.audit import AuditKind, SubjectType
 from medic.domain.cluster import Mode
+from medic.domain.leases import Lease
 
 __all__ = [
     "CONTROLLER_AUDIT_KINDS",
@@ -21,11 +23,32 @@ __all__ = [
     "ActionFinishIn",
     "ActionRecordOut",
     "AuditIn",
+    "LeaseIn",
+    "LeaseOut",
     "ReconciliationIn",
 ]
 
 ActionKey = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w.:@+/-]+$")]
 """An idempotency key such as ``advice/12/g1/requeue_hold``."""
+LeaseName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[\w.:@+/-]+$")]
+"""A lease such as ``controller/alpha``."""
+Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[\w.:@+-]+$")]
+"""A lease holder such as ``host:pid:nonce``."""
+Token = Annotated[int, Field(ge=1, le=2**31 - 1)]
+
+
+class BegunByIn(Request):
+    """Which try of a step an outcome is for: the holder that began it and its fencing token."""
+
+    holder: Holder
+    token: Token
+
+
+class FenceIn(BegunByIn):
+    """What a fenced step is recorded under: a lease, its holder and its fencing token."""
+
+    lease: LeaseName
+
 
 CONTROLLER_AUDIT_KINDS = frozenset(
     {
@@ -58,6 +81,10 @@ class ActionBeginIn(Request):
     job_id: Name | None = None
     node: Name | None = None
     advice_id: int | None = Field(default=None, ge=1)
+    fence: FenceIn | None = None
+    """A fenced step: refused (409) unless ``fence`` is the lease's current holder and token and
+    the lease has not run out, checked in the transaction that records it; a step whose last try
+    failed is then begun again (201)."""
 
 
 class ActionFinishIn(Request):
@@ -65,6 +92,9 @@ class ActionFinishIn(Request):
 
     status: Annotated[ActionStatus, only(*FINISHED)]
     error: str | None = Field(default=None, max_length=2000)
+    begun_by: BegunByIn | None = None
+    """Record the outcome only of the try this holder began under this token (409 when another
+    holder took the step over since)."""
 
     @field_validator("status")
     @classmethod
@@ -110,3 +140,32 @@ class AuditIn(Request):
         if len(json.dumps(payload, default=str)) > MAX_PAYLOAD_BYTES:
             raise ValueError(f"payload larger than {MAX_PAYLOAD_BYTES} bytes of JSON")
         return payload
+
+
+class LeaseIn(Request):
+    """Take or renew a lease for ``holder`` (``PUT /api/v1/leases/{name}``)."""
+
+    holder: Holder
+    ttl_seconds: float = Field(ge=1.0, le=3600.0)
+
+
+class LeaseOut(BaseModel):
+    """A lease as it stands: the caller's when ``holder`` is the caller, else the live holder's."""
+
+    name: str
+    holder: str
+    token: int
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseOut:
+        return cls(
+            name=lease.name,
+            holder=lease.holder,
+            token=lease.token,
+            acquired_at=lease.acquired_at,
+            renewed_at=lease.renewed_at,
+            expires_at=lease.expires_at,
+        )

@@ -14,6 +14,7 @@ from medic.domain.cluster import Mode
 
 __all__ = [
     "DEFAULT_DETERMINISTIC_ERRORS",
+    "Acting",
     "ApiSettings",
     "AttributionSettings",
     "ControllerSettings",
@@ -187,6 +188,16 @@ class SlurmRunner(enum.StrEnum):
     SSH = "ssh"
 
 
+class Acting(enum.StrEnum):
+    """Who carries act-mode advice out on the scheduler."""
+
+    EMBEDDED = "embedded"
+    """The control loop of ``medic serve`` (each replica, under its cluster's lease)."""
+    REMOTE = "remote"
+    """Only ``medic controller`` processes: ``medic serve`` publishes advice and never issues a
+    job's scheduler command."""
+
+
 class RebootNextState(enum.StrEnum):
     """What Slurm does with a node medic rebooted, once it is back (``scontrol reboot
     nextstate=``)."""
@@ -241,6 +252,14 @@ class ControllerSettings:
     convergence arrives within this many seconds, or the control plane is unreachable."""
     poll_seconds: float = 1.0
     """Seconds between polls of the advice feed by a remote controller."""
+    acting: Acting = Acting.EMBEDDED
+    """Who carries act-mode advice out: ``embedded`` (the control loop of ``medic serve``) or
+    ``remote`` (only ``medic controller`` processes; ``medic serve`` publishes advice and never
+    issues a job's scheduler command). See ``docs/replicas.md``."""
+    lease_seconds: float = 8.0
+    """How long a process's lease of a cluster's control work lasts without a renewal (renewed
+    every third of it): the longest the other replicas or controllers wait to take the work over
+    after its holder died. Keep it above a control-loop pass and the replicas' clock skew."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,7 @@ CONSTRAINTS: Mapping[str, Bounds | NonEmpty] = {
     "slurm.log_full_poll_seconds": NON_NEGATIVE,
     "controller.watchdog_timeout_seconds": POSITIVE,
     "controller.poll_seconds": POSITIVE,
+    "controller.lease_seconds": Bounds(3.0, 3600.0),
     "attribution.timeout_seconds": POSITIVE,
     "attribution.name": NonEmpty(),
     "api.host": NonEmpty(),

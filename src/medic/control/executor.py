@@ -1,10 +1,10 @@
 """The controller: carries out one generation of advice on the scheduler, step by step.
 
-A requeue is three steps (requeue-hold, exclude nodes, release) and a stop is one (cancel). Before
-every step the controller re-reads the job from the scheduler and skips a step whose effect is
-already there, so a controller killed mid-recovery and restarted neither repeats nor skips a step.
-Each step is written to the ledger under an idempotency key and to the audit trail before it is
-issued and again with its outcome.
+The steps are :mod:`medic.control.plans`'. Before every step the controller re-reads the job from
+the scheduler and skips a step whose effect is already there, so a controller killed
+mid-recovery and restarted neither repeats nor skips a step. Each step is written to the ledger
+under an idempotency key and to the audit trail before it is issued and again with its outcome;
+with a lease (replicas, ``docs/replicas.md``) under the lease's fencing token.
 
 The ledger is a :class:`~medic.ports.ControllerLedger`: the store itself when the controller
 runs inside the control loop (embedded default), the HTTP client of the advice API when it runs as
@@ -17,15 +17,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from medic.control.exclusion_ledger import note_added
+from medic.control.leases import LeaseKeeper
+from medic.control.plans import Step, abandon_reason, converged, plan
+from medic.control.retries import StepRetries
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempotency_key
-from medic.domain.advice import Advice, AdviceAction, Reconciliation
+from medic.domain.advice import Advice, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
-from medic.domain.cluster import Job, JobState
+from medic.domain.cluster import Job
 from medic.domain.ids import NodeName
-from medic.errors import MedicError, NotFoundError, PermanentError, TransientError
+from medic.domain.leases import Fence
+from medic.errors import (
+    ConflictError,
+    FencedError,
+    MedicError,
+    NotFoundError,
+    PermanentError,
+    TransientError,
+)
 from medic.ports import Clock, ControllerLedger, Scheduler
 
 __all__ = ["ACTOR", "Controller", "Outcome"]
@@ -45,32 +56,6 @@ class Outcome:
     """When this call's first scheduler command completed (None when it issued none)."""
 
 
-RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
-"""Pause before each new try of a step the scheduler failed (a transient error), in order."""
-GIVE_UP_SECONDS = 300.0
-"""A step still failing this long after its first failure is given up: the advice is abandoned
-with the last error, audited once."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    kind: ActionKind
-    is_done: Callable[[Job], bool]
-    issue: Callable[[], None]
-    wait: Callable[[Job], str | None] = lambda _job: None
-    """Why the step must not be issued yet in this state (None: it may)."""
-
-
-@dataclass(slots=True)
-class _Failures:
-    """A step the scheduler failed: when first, how often, the last error."""
-
-    first: datetime
-    next_try: datetime
-    count: int
-    error: str
-
-
 class Controller:
     """Reconciles the scheduler towards advice. Safe to call again at any time.
 
@@ -79,6 +64,14 @@ class Controller:
     raises, nothing is issued. ``before_release`` runs right before a release, with the held job
     as just read (node repair takes off there the exclusions medic added for nodes that are back
     in service); a failure there is logged and the job released all the same.
+
+    With ``lease`` every step is recorded under its fencing token (the store refuses a stale
+    one) and issued only while the lease is this process's by its own deadline; a caller runs
+    :meth:`reconcile` only while it holds the lease. A step found begun with no outcome (its
+    process died or lost the lease between the two records) is in doubt: its outcome is read
+    from the scheduler and recorded, as succeeded when its effect is there, else as failed
+    (it did not take effect) and issued again. It is never recorded as skipped: that record
+    means nothing was issued.
     """
 
     def __init__(
@@ -90,6 +83,7 @@ class Controller:
         actor: str = ACTOR,
         before_hold: Callable[[Advice, Job], None] | None = None,
         before_release: Callable[[Job], None] | None = None,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._ledger = ledger
@@ -97,7 +91,8 @@ class Controller:
         self._actor = actor
         self._before_hold = before_hold
         self._before_release = before_release
-        self._failures: dict[str, _Failures] = {}
+        self._lease = lease
+        self._retries = StepRetries(clock)
 
     def reconcile(self, advice: Advice) -> Outcome:
         """Take the next missing steps of ``advice`` and report where it stands.
@@ -114,18 +109,21 @@ class Controller:
             job = self._scheduler.get_job(advice.job_id)
         except NotFoundError:
             return self._report(advice, Outcome(Reconciliation.ABANDONED, "job no longer exists"))
-        abandoned = _abandon_reason(advice, job)
+        abandoned = abandon_reason(advice, job)
         if abandoned:
             return self._report(advice, Outcome(Reconciliation.ABANDONED, abandoned))
         first_effect: datetime | None = None
-        steps = self._steps(advice)
-        issued = self._issued(advice, steps)
+        steps = plan(advice, self._scheduler, self._exclude)
+        records = self._records(advice, steps)
+        issued = {
+            k for k, r in records.items() if r is not None and r.status is ActionStatus.SUCCEEDED
+        }
         for step in steps:
             job = self._scheduler.get_job(advice.job_id)
-            if step.is_done(job) or step.kind in issued:
-                self._record_skip(advice, step.kind)
+            if self._settled(advice, step, records[step.kind], job, issued):
                 continue
-            held_back = step.wait(job) or self._backing_off(advice, step.kind)
+            key = idempotency_key(advice.id, advice.generation, step.kind)
+            held_back = step.wait(job) or self._retries.backing_off(key, step.kind.value)
             if held_back:
                 return self._report(
                     advice, Outcome(Reconciliation.PENDING, held_back, first_effect)
@@ -139,7 +137,7 @@ class Controller:
                 reason = f"{step.kind.value} refused by the scheduler: {exc}"
                 return self._report(advice, Outcome(Reconciliation.ABANDONED, reason, first_effect))
             except TransientError as exc:
-                given_up = self._failed(advice, step.kind, exc)
+                given_up = self._retries.failed(key, step.kind.value, exc)
                 if given_up is None:
                     raise
                 return self._report(
@@ -148,7 +146,7 @@ class Controller:
             issued.add(step.kind)
             first_effect = first_effect or done_at
         job = self._scheduler.get_job(advice.job_id)
-        if all(s.is_done(job) or s.kind in issued for s in steps) and _converged(advice, job):
+        if all(s.is_done(job) or s.kind in issued for s in steps) and converged(advice, job):
             return self._report(
                 advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
             )
@@ -167,96 +165,66 @@ class Controller:
                 logger.warning("job %s: before release: %s", advice.job_id, exc)
 
     # ------------------------------------------------------------------ once, bounded
-    def _issued(self, advice: Advice, steps: list[_Step]) -> set[ActionKind]:
-        """The steps this generation already issued successfully: never again (a stale read
-        must not requeue a job twice). Read once per call, one ledger lookup a step."""
-        found = set()
-        for step in steps:
-            record = self._ledger.get_action(
+    def _records(self, advice: Advice, steps: list[Step]) -> dict[ActionKind, ActionRecord | None]:
+        """The ledger's record of each step of this generation (one lookup a step): a step that
+        succeeded is never issued again (a stale read must not requeue a job twice)."""
+        return {
+            step.kind: self._ledger.get_action(
                 idempotency_key(advice.id, advice.generation, step.kind)
             )
-            if record is not None and record.status is ActionStatus.SUCCEEDED:
-                found.add(step.kind)
-        return found
+            for step in steps
+        }
 
-    def _backing_off(self, advice: Advice, kind: ActionKind) -> str | None:
-        failures = self._failures.get(idempotency_key(advice.id, advice.generation, kind))
-        if failures is None or self._clock.now() >= failures.next_try:
-            return None
-        return f"{kind.value} failed ({failures.error}); tried again from {failures.next_try}"
+    def _settled(
+        self,
+        advice: Advice,
+        step: Step,
+        record: ActionRecord | None,
+        job: Job,
+        issued: set[ActionKind],
+    ) -> bool:
+        """True when ``step`` needs nothing issued: done, by a try in doubt (recorded now, added
+        to ``issued``), by an earlier try or by someone else (recorded as skipped)."""
+        if record is not None and record.status is ActionStatus.STARTED:
+            if self._resolve(advice, step, record, job):
+                issued.add(step.kind)
+                return True
+            record = self._ledger.get_action(record.key)
+        if step.is_done(job) or step.kind in issued:
+            self._record_skip(advice, step.kind, record)
+            return True
+        return False
 
-    def _failed(self, advice: Advice, kind: ActionKind, exc: Exception) -> str | None:
-        """Count a failure of the step; the reason to give up, or None to retry later."""
-        key = idempotency_key(advice.id, advice.generation, kind)
-        now = self._clock.now()
-        failures = self._failures.setdefault(key, _Failures(now, now, 0, ""))
-        failures.count += 1
-        failures.error = str(exc)
-        pause = RETRY_SECONDS[min(failures.count, len(RETRY_SECONDS)) - 1]
-        failures.next_try = now + timedelta(seconds=pause)
-        spent = (now - failures.first).total_seconds()
-        if spent < GIVE_UP_SECONDS:
-            return None
-        del self._failures[key]
-        return (
-            f"{kind.value} failed {failures.count} times over {spent:.0f} s, giving up: "
-            f"{failures.error}"
+    def _resolve(self, advice: Advice, step: Step, record: ActionRecord, job: Job) -> bool:
+        """Record the outcome of a step in doubt (see the class docstring) from ``job``, as just
+        read; True when it took effect."""
+        fence = self._fence()  # only the lease's holder decides what another one left
+        took_effect = step.is_done(job)
+        begun_by = f"{record.holder or 'a controller'} (token {record.token})"
+        if took_effect:
+            why = f"begun by {begun_by} with no outcome recorded; the scheduler shows its effect"
+        else:
+            why = (
+                f"begun by {begun_by} with no outcome recorded; the scheduler shows no effect, so "
+                "it did not take effect: issued again"
+            )
+        status = ActionStatus.SUCCEEDED if took_effect else ActionStatus.FAILED
+        owner = (
+            None if record.holder is None or record.token is None else (record.holder, record.token)
         )
-
-    def _steps(self, advice: Advice) -> list[_Step]:
-        sched, job_id, attempt = self._scheduler, advice.job_id, advice.attempt
-        if advice.action is AdviceAction.STOP:
-            reason = f"medic: {advice.reason}"
-            return [
-                _Step(
-                    ActionKind.CANCEL,
-                    # Any ended job will not run again unless someone requeues it; cancelling
-                    # it would only fail ("already completed"). A COMPLETING job is ending
-                    # (Slurm shows it so for KillWait seconds after a crash or a cancel):
-                    # cancelling it again on every pass would repeat the command. Issued once
-                    # per generation: a person who requeues a job medic stopped has the last
-                    # word (a new failure makes a new generation).
-                    lambda j: j.state.is_terminal or j.state is JobState.COMPLETING,
-                    lambda: sched.cancel(job_id, reason),
-                )
-            ]
-        if advice.action is not AdviceAction.REQUEUE:
-            return []
-        excluded = advice.exclude_nodes
-        steps = [
-            _Step(
-                ActionKind.REQUEUE_HOLD,
-                # Requeued already (by medic, a person or the scheduler itself, e.g. after a
-                # node failure), or queued and not running: nothing to end.
-                lambda j: j.restart_count > attempt or j.state is JobState.PENDING,
-                lambda: sched.requeue_hold(job_id),
-                # A job still completing may be someone's cancel (Slurm says CANCELLED only
-                # once its processes are gone), and requeueing it meanwhile can leave its
-                # resources half released: wait for the state it ends in.
-                lambda j: (
-                    "waiting for the job to finish completing"
-                    if j.state is JobState.COMPLETING
-                    else None
-                ),
-            )
-        ]
-        if excluded:
-            steps.append(
-                _Step(
-                    ActionKind.EXCLUDE_NODES,
-                    lambda j: excluded <= j.excluded_nodes or _runs_elsewhere(j, attempt, excluded),
-                    lambda: self._exclude(advice, excluded),
-                )
-            )
-        steps.append(
-            _Step(
-                ActionKind.RELEASE,
-                # A hold on the attempt medic never requeued is someone else's: left alone.
-                lambda j: not j.held or j.restart_count <= attempt,
-                lambda: sched.release(job_id),
-            )
+        self._ledger.finish_action(
+            record.key, status, self._clock.now(), None if took_effect else why, owner
         )
-        return steps
+        kind = AuditKind.ACTION_SUCCEEDED if took_effect else AuditKind.ACTION_FAILED
+        payload: dict[str, object] = {"key": record.key, "recovered": why}
+        if fence is not None:
+            payload["token"] = fence.token
+        self._audit(advice, kind, step.kind, payload)
+        logger.warning("job %s: %s in doubt: %s", advice.job_id, step.kind, why)
+        return took_effect
+
+    def _fence(self) -> Fence | None:
+        return None if self._lease is None else self._lease.fence()
 
     def _exclude(self, advice: Advice, excluded: frozenset[NodeName]) -> None:
         """Add ``excluded`` to the job's exclusions and record, one ledger row per node, those
@@ -266,9 +234,10 @@ class Controller:
         self._scheduler.set_excluded_nodes(advice.job_id, excluded | before)
         note_added(self._ledger, advice, excluded - before, self._clock.now())
 
-    def _execute(self, advice: Advice, step: _Step) -> datetime:
+    def _execute(self, advice: Advice, step: Step) -> datetime:
         key = idempotency_key(advice.id, advice.generation, step.kind)
         now = self._clock.now()
+        fence = self._fence()
         record = ActionRecord(
             key=key,
             cluster=advice.cluster,
@@ -279,23 +248,31 @@ class Controller:
             advice_id=advice.id,
             started_at=now,
         )
-        # A False here means an earlier run (or a replica) began this step and did not see it
-        # take effect: the scheduler state says it is still needed, so issuing it again is right.
-        self._ledger.begin_action(record)
-        self._audit(advice, AuditKind.ACTION_STARTED, step.kind, {"key": key})
+        begun = self._ledger.begin_action(record, fence)
+        if fence is not None and not begun:
+            # Recorded by another run since this one read the ledger: decided on a later pass.
+            raise ConflictError(f"{key} was begun by another controller meanwhile")
+        # Unfenced, a False means an earlier run began this step and did not see it take
+        # effect: the scheduler state says it is still needed, so issuing it again is right.
+        owner = None if fence is None else (fence.holder, fence.token)
+        audit: dict[str, object] = (
+            {"key": key} if fence is None else {"key": key, "token": fence.token}
+        )
+        self._audit(advice, AuditKind.ACTION_STARTED, step.kind, audit)
+        if self._lease is not None and not self._lease.may_act():
+            # Frozen past the lease between the two records: another process may act now.
+            error = "not issued: this controller's lease ran out before it was issued"
+            self._finish(advice, step.kind, ActionStatus.FAILED, audit, owner, error)
+            raise FencedError(f"{key}: {error}")
         try:
             step.issue()
         except (TransientError, PermanentError) as exc:
-            self._ledger.finish_action(key, ActionStatus.FAILED, self._clock.now(), str(exc))
-            self._audit(advice, AuditKind.ACTION_FAILED, step.kind, {"key": key, "error": str(exc)})
+            self._finish(advice, step.kind, ActionStatus.FAILED, audit, owner, str(exc))
             raise
         done = self._clock.now()
-        self._ledger.finish_action(key, ActionStatus.SUCCEEDED, done)
-        self._audit(
-            advice,
-            AuditKind.ACTION_SUCCEEDED,
-            step.kind,
-            {"key": key, "seconds": (done - now).total_seconds()},
+        seconds = (done - now).total_seconds()
+        self._finish(
+            advice, step.kind, ActionStatus.SUCCEEDED, {**audit, "seconds": seconds}, owner
         )
         logger.info(
             "job %s: %s done (advice %s g%s)",
@@ -306,14 +283,40 @@ class Controller:
         )
         return done
 
-    def _record_skip(self, advice: Advice, kind: ActionKind) -> None:
-        key = idempotency_key(advice.id, advice.generation, kind)
-        existing = self._ledger.get_action(key)
+    def _finish(
+        self,
+        advice: Advice,
+        kind: ActionKind,
+        status: ActionStatus,
+        payload: dict[str, object],
+        owner: tuple[str, int] | None,
+        error: str | None = None,
+    ) -> None:
+        """The ledger's and the trail's record of a step's outcome. The trail records it even
+        when the ledger no longer has this try (another holder took the step over meanwhile)."""
+        key = str(payload["key"])
+        try:
+            self._ledger.finish_action(key, status, self._clock.now(), error, owner)
+        except ConflictError as exc:
+            logger.warning("job %s: %s", advice.job_id, exc)
+            payload = {**payload, "ledger": str(exc)}
+        if error is not None:
+            payload = {**payload, "error": error}
+        succeeded = status is ActionStatus.SUCCEEDED
+        self._audit(
+            advice,
+            AuditKind.ACTION_SUCCEEDED if succeeded else AuditKind.ACTION_FAILED,
+            kind,
+            payload,
+        )
+
+    def _record_skip(self, advice: Advice, kind: ActionKind, existing: ActionRecord | None) -> None:
         if existing is not None and existing.status in (
             ActionStatus.SUCCEEDED,
             ActionStatus.SKIPPED,
         ):
             return
+        key = idempotency_key(advice.id, advice.generation, kind)
         now = self._clock.now()
         if existing is None:
             self._ledger.begin_action(
@@ -326,10 +329,11 @@ class Controller:
                     node=None,
                     advice_id=advice.id,
                     started_at=now,
-                )
+                ),
+                self._fence(),
             )
-        # The scheduler already shows the step's effect (done by a run that died before
-        # recording it, or by someone else): record that nothing was issued.
+        # The scheduler already shows the step's effect, and no try of medic's is in doubt (a
+        # failed one, or none): done by someone else. Record that nothing was issued.
         self._ledger.finish_action(key, ActionStatus.SKIPPED, now)
         self._audit(advice, AuditKind.ACTION_SKIPPED, kind, {"key": key})
 
@@ -368,34 +372,3 @@ class Controller:
                 payload={"advice_id": advice.id, "generation": advice.generation, **payload},
             )
         )
-
-
-def _runs_elsewhere(job: Job, attempt: int, excluded: frozenset[NodeName]) -> bool:
-    """The job already runs a later attempt on none of the nodes to exclude (the scheduler
-    requeued and started it first): an exclusion can no longer be set, nor is it needed now."""
-    return (
-        job.restart_count > attempt
-        and job.state is JobState.RUNNING
-        and not excluded & set(job.nodes)
-    )
-
-
-def _abandon_reason(advice: Advice, job: Job) -> str | None:
-    """Why the advice no longer applies to the job, or None when it still does."""
-    if advice.action is AdviceAction.REQUEUE and job.state is JobState.CANCELLED:
-        # A cancel is final, whoever issued it: medic never brings a cancelled job back.
-        return "job cancelled: a cancelled job is never requeued"
-    if (
-        advice.action is AdviceAction.REQUEUE
-        and job.restart_count <= advice.attempt
-        and job.state is JobState.COMPLETED
-    ):
-        return f"job already {job.state.value}"
-    if advice.action is AdviceAction.STOP and job.state is JobState.COMPLETED:
-        return "job already completed"
-    return None
-
-
-def _converged(advice: Advice, job: Job) -> bool:
-    """Beyond every step being done: a stop has converged once the job really ended."""
-    return job.state.is_terminal if advice.action is AdviceAction.STOP else True

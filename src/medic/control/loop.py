@@ -10,6 +10,12 @@ With a ``repairs`` collaborator (node auto-repair, :class:`NodeRepairs`), each p
 nodes, jobs and detections it read, before evaluating jobs; a requeue then also excludes the nodes
 it says job recovery must avoid (under repair, out of service, or with a critical alert firing).
 
+With a ``lease`` (:class:`~medic.control.leases.LeaseKeeper`, the composition root's default) a
+pass runs only in the process that holds the cluster's loop lease; the other replicas stand by,
+serve the API, and take over once the holder's lease runs out. Its embedded controller acts only
+while it also holds the cluster's controller lease, the one remote controllers take
+(``docs/replicas.md``).
+
 This module sequences the pass and carries out act-mode advice; what happens to each job (its
 watch, evidence, verdict, advice and mode) is :class:`~medic.control.evaluation.JobEvaluator`'s.
 """
@@ -25,17 +31,18 @@ from datetime import datetime
 from functools import partial
 from typing import Protocol
 
-from medic.config.settings import Settings
+from medic.config.settings import Acting, Settings
 from medic.control.evaluation import JobEvaluator
 from medic.control.executor import Controller
 from medic.control.external import SecondOpinion
+from medic.control.leases import LeaseKeeper
 from medic.control.shards import ShardedJobs, ShardPool
 from medic.control.stores import LoopStore
 from medic.domain.advice import Advice, AdviceAction
 from medic.domain.cluster import Job, Mode, Node
 from medic.domain.diagnosis import Detection
 from medic.domain.ids import NodeName
-from medic.errors import MedicError
+from medic.errors import FencedError, MedicError
 from medic.ports import Clock, Diagnoser, LogSource, Metrics, ModeStore, Scheduler
 
 __all__ = ["ControlLoop", "NodeRepairs", "PassReport"]
@@ -99,8 +106,14 @@ class ControlLoop:
         repairs: NodeRepairs | None = None,
         second_opinion: SecondOpinion | None = None,
         shards: ShardPool | None = None,
+        lease: LeaseKeeper | None = None,
+        controller_lease: LeaseKeeper | None = None,
+        single_process: bool = False,
     ) -> None:
         self._scheduler = scheduler
+        self._lease = lease
+        self._single_process = single_process
+        self._warned_other: str | None = None
         self._repairs = repairs
         self._logs = logs
         self._store = store
@@ -114,7 +127,10 @@ class ControlLoop:
             ledger=store,
             clock=clock,
             before_release=None if repairs is None else repairs.before_release,
+            lease=controller_lease,
         )
+        self._controller_lease = controller_lease
+        self._acting = settings.controller.acting is Acting.EMBEDDED
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._last_nodes: dict[NodeName, Node] = {}
         self.last_report: PassReport | None = None
@@ -144,7 +160,16 @@ class ControlLoop:
 
     # ------------------------------------------------------------------ passes
     def run_forever(self, stop: threading.Event) -> None:
-        """Run passes every ``loop.interval_seconds`` until ``stop`` is set."""
+        """Run passes every ``loop.interval_seconds`` until ``stop`` is set; then give the lease
+        up, so another replica takes the work over at once."""
+        try:
+            self._run_passes(stop)
+        finally:
+            for lease in (self._controller_lease, self._lease):
+                if lease is not None:
+                    lease.release()
+
+    def _run_passes(self, stop: threading.Event) -> None:
         interval = self._settings.loop.interval_seconds
         while not stop.is_set():
             started = self._clock.now()
@@ -158,10 +183,17 @@ class ControlLoop:
             spent = (self._clock.now() - started).total_seconds()
             stop.wait(max(0.0, interval - spent))
 
+    @property
+    def holds_lease(self) -> bool:
+        """True when this loop may do its cluster's control work now (no lease: always)."""
+        return self._lease is None or self._lease.may_act()
+
     def run_once(self) -> PassReport:
-        """One full pass over the cluster."""
+        """One full pass over the cluster; nothing while another process holds its lease."""
         started = self._clock.now()
         self._counts.clear()
+        if not self._hold_lease():
+            return self._report(started, 0, 0)
         try:
             nodes = list(self._scheduler.list_nodes())
             jobs = list(self._scheduler.list_jobs())
@@ -198,6 +230,25 @@ class ControlLoop:
             self._last_nodes = node_states
         self._reconcile()
         return self._report(started, len(jobs), len(lines))
+
+    def _hold_lease(self) -> bool:
+        """Take or renew the cluster's lease; False (standby) while another process holds it."""
+        if self._lease is None or self._lease.hold() is not None:
+            self._warned_other = None
+            return True
+        other = self._lease.other
+        if other is not None and other.holder != self._warned_other:
+            self._warned_other = other.holder
+            if self._single_process:
+                logger.error(
+                    "another medic process (%s) acts on this SQLite database: SQLite serves one "
+                    "process. Stop the other one, or run replicas on PostgreSQL or MySQL "
+                    "(store.url); this one only serves the API until the other's lease ends",
+                    other.holder,
+                )
+            else:
+                logger.info("standing by: %s holds %s", other.holder, other.name)
+        return False
 
     def _changed_nodes(self, nodes: dict[NodeName, Node]) -> frozenset[NodeName]:
         """Nodes whose scheduler state differs from the last pass that went through (all, on
@@ -246,12 +297,20 @@ class ControlLoop:
 
     # ------------------------------------------------------------------ act + verify
     def _reconcile(self) -> None:
-        """Carry out act-mode advice that has not converged yet (the embedded controller)."""
+        """Carry out act-mode advice that has not converged yet (the embedded controller), while
+        this process holds the lease and ``controller.acting`` is ``embedded``."""
+        if not self._acting or not self._hold_lease():
+            return
+        if self._controller_lease is not None and self._controller_lease.hold() is None:
+            return  # a remote controller (``medic controller``) acts on this cluster
         for advice in self._store.list_advice(cluster=self._cluster, active_only=True):
             if advice.mode is not Mode.ACT or advice.action is AdviceAction.EXCLUDE_NEXT:
                 continue
             try:
                 outcome = self._controller.reconcile(advice)
+            except FencedError as exc:  # lost the lease: the next holder carries on
+                logger.warning("job %s: stopped acting: %s", advice.job_id, exc)
+                return
             except MedicError as exc:
                 logger.warning("job %s: reconcile failed, will retry: %s", advice.job_id, exc)
                 self._metrics.loop_error("act")

@@ -1,6 +1,8 @@
 """The remote controller process (``medic controller``): polls the advice feed of a medic API,
 reconciles act-mode advice with :class:`~medic.control.executor.Controller` on this cluster's
-scheduler, and runs the fail-open watchdog on every poll.
+scheduler while it holds the cluster's controller lease (taken through the API, so two
+controllers for one cluster take turns, never act together), and runs the fail-open watchdog
+on every poll, lease or not.
 """
 
 from __future__ import annotations
@@ -13,20 +15,23 @@ from typing import Protocol
 from medic.config.settings import ControllerSettings
 from medic.control.executor import Controller
 from medic.control.journal import Journal
+from medic.control.leases import LeaseKeeper
 from medic.control.watchdog import Watchdog
 from medic.domain.advice import Advice, AdviceAction
 from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName
+from medic.domain.leases import controller_lease
 from medic.errors import MedicError
-from medic.ports import Clock, ControllerLedger, Scheduler
+from medic.ports import Clock, ControllerLedger, LeaseStore, Scheduler
 
 __all__ = ["AdvisorApi", "run_controller"]
 
 logger = logging.getLogger(__name__)
 
 
-class AdvisorApi(ControllerLedger, Protocol):
-    """What ``medic controller`` needs from the control plane: the ledger and the advice feed."""
+class AdvisorApi(ControllerLedger, LeaseStore, Protocol):
+    """What ``medic controller`` needs from the control plane: the ledger, the advice feed and
+    the cluster's controller lease."""
 
     def list_active_advice(self, cluster: ClusterName) -> list[Advice]:
         """The cluster's advice that still has to be reconciled."""
@@ -63,10 +68,22 @@ def run_controller(
             timeout_seconds=settings.watchdog_timeout_seconds,
             mode=mode,
         )
-        controller = Controller(
-            scheduler=scheduler, ledger=ledger, clock=clock, before_hold=watchdog.record_hold
+        lease = LeaseKeeper(
+            ledger,
+            controller_lease(scheduler.cluster),
+            clock=clock,
+            ttl_seconds=settings.lease_seconds,
         )
-        remote = _RemoteController(scheduler.cluster, ledger, controller, watchdog, mode, stop)
+        controller = Controller(
+            scheduler=scheduler,
+            ledger=ledger,
+            clock=clock,
+            before_hold=watchdog.record_hold,
+            lease=lease,
+        )
+        remote = _RemoteController(
+            scheduler.cluster, ledger, controller, watchdog, mode, stop, lease
+        )
         while True:
             try:
                 remote.run_pass()
@@ -76,6 +93,7 @@ def run_controller(
                 # Never exit on a bad pass: a held job still needs the watchdog's next poll.
                 logger.exception("controller pass failed")
             if once or stop.is_set():
+                lease.release()
                 return
             stop.wait(settings.poll_seconds)
 
@@ -91,6 +109,7 @@ class _RemoteController:
         watchdog: Watchdog,
         mode: Mode,
         stop: threading.Event,
+        lease: LeaseKeeper,
     ) -> None:
         self._cluster = cluster
         self._ledger = ledger
@@ -99,6 +118,8 @@ class _RemoteController:
         self._mode = mode
         self._stop = stop
         self._announced: set[tuple[AdviceId, int]] = set()
+        self._lease = lease
+        """The cluster's controller lease: advice is carried out only while it is held."""
 
     def run_pass(self) -> None:
         self._watchdog.flush()
@@ -107,7 +128,10 @@ class _RemoteController:
         except MedicError as exc:
             logger.warning("cannot read the advice feed, will retry: %s", exc)
             feed = []
-        for advice in feed:
+        # The watchdog runs whether or not this controller holds the lease: the jobs it held
+        # must be released even when another controller (or nobody) acts now.
+        acting = self._mode is Mode.OBSERVE or self._lease.hold() is not None
+        for advice in feed if acting else []:
             if self._stop.is_set():
                 break
             if self._wants(advice):

@@ -155,6 +155,12 @@ class RecordingMetrics:
     def loop_error(self, stage: str) -> None:
         self.calls.append(("loop_error", (stage,)))
 
+    def lease_renewal(self, lease: str, seconds: float, held: bool) -> None:
+        self.calls.append(("lease_renewal", (lease, seconds, held)))
+
+    def lease_failover(self, lease: str) -> None:
+        self.calls.append(("lease_failover", (lease,)))
+
     def alert_fired(self, cluster: str, key: str, mapped: bool) -> None:
         self.calls.append(("alert_fired", (cluster, key, mapped)))
 

@@ -56,3 +56,7 @@ class ActionRecord:
     started_at: datetime
     finished_at: datetime | None = None
     error: str | None = None
+    holder: str | None = None
+    """The process that began the step's latest try (a lease holder; None: recorded unfenced)."""
+    token: int | None = None
+    """The fencing token it began that try under."""

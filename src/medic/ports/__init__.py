@@ -9,7 +9,8 @@ The ports live in four modules by what they face, and are imported from here:
 - :mod:`.cluster`: ``Clock``, ``Scheduler``, ``LogSource``, ``NodeProvider``,
   ``FaultInjector``, ``Workload``;
 - :mod:`.store`: job recovery's state, a port per consumer's need: ``Inventory``, ``Evidence``,
-  ``AdviceStore``, ``AuditLog``, ``AuditQuery``, ``ActionLedger``, ``CursorStore``; ``Store``,
+  ``AdviceStore``, ``AuditLog``, ``AuditQuery``, ``ActionLedger``, ``CursorStore``,
+  ``LeaseStore``; ``Store``,
   all of them (the composition root's); ``ControllerLedger`` (embedded or remote controller);
 - :mod:`.repairs`: ``RepairStore``, ``TokenStore``, ``ModeStore`` (node repair's and the API's);
 - :mod:`.decisions`: ``Diagnoser``, ``AttributionProvider``, ``Metrics``.
@@ -29,6 +30,7 @@ from medic.ports.store import (
     CursorStore,
     Evidence,
     Inventory,
+    LeaseStore,
     Store,
 )
 
@@ -45,6 +47,7 @@ __all__ = [
     "Evidence",
     "FaultInjector",
     "Inventory",
+    "LeaseStore",
     "LogSource",
     "Metrics",
     "ModeStore",

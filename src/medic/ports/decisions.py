@@ -63,6 +63,14 @@ class Metrics(Protocol):
         """Duration of one control-loop pass."""
         ...
 
+    def lease_renewal(self, lease: str, seconds: float, held: bool) -> None:
+        """One take-or-renew of a lease: its latency, and whether this process holds it after."""
+        ...
+
+    def lease_failover(self, lease: str) -> None:
+        """This process took a lease over from another holder whose lease ran out."""
+        ...
+
     def loop_error(self, stage: str) -> None:
         """A pass stage (observe, evaluate, act) failed."""
         ...

@@ -7,6 +7,7 @@ controller's ledger.
 - :class:`AuditLog` (append) and :class:`AuditQuery` (read): the audit trail;
 - :class:`ActionLedger`: the scheduler actions' step ledger (idempotency keys), audited;
 - :class:`CursorStore`: log sources' saved positions;
+- :class:`LeaseStore`: leases of control work and their fencing tokens;
 - :class:`Store`: all of them, what the composition root opens (``SqlStore``);
 - :class:`ControllerLedger`: what a controller writes, embedded (the store) or remote (HTTP).
 
@@ -27,6 +28,7 @@ from medic.domain.audit import AuditEvent, AuditKind, AuditOrder
 from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import AdviceId, ClusterName, JobId
+from medic.domain.leases import Fence, Lease
 
 __all__ = [
     "ActionLedger",
@@ -37,6 +39,7 @@ __all__ = [
     "CursorStore",
     "Evidence",
     "Inventory",
+    "LeaseStore",
     "Store",
 ]
 
@@ -178,19 +181,46 @@ class AuditQuery(Protocol):
 class ActionLedger(AuditLog, Protocol):
     """The step ledger of scheduler actions (idempotency keys), each step audited."""
 
-    def begin_action(self, record: ActionRecord) -> bool:
-        """Insert the action under its idempotency key; False when the key already exists."""
+    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists.
+
+        With ``fence`` (a lease holder's): ``FencedError`` unless ``fence`` is the lease's holder
+        and token and the lease has not run out, checked in the transaction that records the
+        step; a step whose last try failed is then begun again (True), under this fence."""
         ...
 
     def get_action(self, key: str) -> ActionRecord | None: ...
 
     def finish_action(
-        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
-    ) -> None: ...
+        self,
+        key: str,
+        status: ActionStatus,
+        now: datetime,
+        error: str | None = None,
+        begun_by: tuple[str, int] | None = None,
+    ) -> None:
+        """Record a step's outcome. With ``begun_by`` (holder, token): only of the try they began
+        and that is still started (``ConflictError`` otherwise)."""
+        ...
 
     def list_actions(
         self, cluster: ClusterName | None = None, job_id: JobId | None = None
     ) -> list[ActionRecord]: ...
+
+
+class LeaseStore(Protocol):
+    """Leases of control work (:mod:`medic.domain.leases`), taken by compare-and-set."""
+
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl_seconds: float) -> Lease:
+        """Take or renew ``name`` for ``holder`` (a free, expired or own lease); the live holder's
+        lease, unchanged, when another process holds it."""
+        ...
+
+    def release_lease(self, name: str, holder: str, now: datetime) -> bool:
+        """Let ``holder``'s lease run out now (a clean shutdown); False when it did not hold it."""
+        ...
+
+    def list_leases(self) -> list[Lease]: ...
 
 
 class CursorStore(Protocol):
@@ -201,7 +231,9 @@ class CursorStore(Protocol):
     def set_cursor(self, source: str, value: str) -> None: ...
 
 
-class Store(Inventory, Evidence, AdviceStore, ActionLedger, AuditQuery, CursorStore, Protocol):
+class Store(
+    Inventory, Evidence, AdviceStore, ActionLedger, AuditQuery, CursorStore, LeaseStore, Protocol
+):
     """Job recovery's durable state, every port above in one (``SqlStore``): what the composition
     root opens and hands, port by port, to its consumers."""
 
@@ -218,13 +250,25 @@ class ControllerLedger(Protocol):
 
     def get_action(self, key: str) -> ActionRecord | None: ...
 
-    def begin_action(self, record: ActionRecord) -> bool:
-        """Insert the action under its idempotency key; False when the key already exists."""
+    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+        """Insert the action under its idempotency key; False when the key already exists.
+
+        With ``fence`` (a lease holder's): ``FencedError`` unless ``fence`` is the lease's holder
+        and token and the lease has not run out, checked in the transaction that records the
+        step; a step whose last try failed is then begun again (True), under this fence."""
         ...
 
     def finish_action(
-        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
-    ) -> None: ...
+        self,
+        key: str,
+        status: ActionStatus,
+        now: datetime,
+        error: str | None = None,
+        begun_by: tuple[str, int] | None = None,
+    ) -> None:
+        """Record a step's outcome. With ``begun_by`` (holder, token): only of the try they began
+        and that is still started (``ConflictError`` otherwise)."""
+        ...
 
     def append_audit(self, event: AuditEvent) -> int:
         """Append one audit event and return its id."""

@@ -32,6 +32,7 @@ from medic.domain.advice import Advice, AdviceAction, Reconciliation
 from medic.domain.audit import AuditEvent
 from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.leases import Fence, Lease
 from medic.errors import ConflictError, NotFoundError, PermanentError, TransientError
 
 __all__ = ["MedicApiClient"]
@@ -113,8 +114,8 @@ class MedicApiClient:
         except NotFoundError:
             return None
 
-    def begin_action(self, record: ActionRecord) -> bool:
-        body = {
+    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+        body: dict[str, Any] = {
             "key": record.key,
             "cluster": record.cluster,
             "kind": record.kind.value,
@@ -122,14 +123,42 @@ class MedicApiClient:
             "node": record.node,
             "advice_id": record.advice_id,
         }
+        if fence is not None:
+            body["fence"] = {"lease": fence.lease, "holder": fence.holder, "token": fence.token}
         response = self._send("POST", "/actions", json=body)
         return response.status_code == 201
 
     def finish_action(
-        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+        self,
+        key: str,
+        status: ActionStatus,
+        now: datetime,
+        error: str | None = None,
+        begun_by: tuple[str, int] | None = None,
     ) -> None:
-        body = {"status": status.value, "error": None if error is None else error[:2000]}
+        body: dict[str, Any] = {"status": status.value}
+        body["error"] = None if error is None else error[:2000]
+        if begun_by is not None:
+            body["begun_by"] = {"holder": begun_by[0], "token": begun_by[1]}
         self._call("PUT", f"/actions/{_key(key)}", json=body)
+
+    # --- leases ----------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl_seconds: float) -> Lease:
+        body = {"holder": holder, "ttl_seconds": ttl_seconds}
+        return _lease(self._call("PUT", f"/leases/{_key(name)}", json=body))
+
+    def release_lease(self, name: str, holder: str, now: datetime) -> bool:
+        try:
+            self._send("DELETE", f"/leases/{_key(name)}", params={"holder": holder})
+        except NotFoundError:
+            return False
+        return True
+
+    def list_leases(self) -> list[Lease]:
+        body = self._call("GET", "/leases")
+        if not isinstance(body, list):
+            raise TransientError(f"{self.base_url}: the lease list is not a list")
+        return [_lease(item) for item in body]
 
     # --- audit -----------------------------------------------------------------------------
     def append_audit(self, event: AuditEvent) -> int:
@@ -232,6 +261,22 @@ def _action(data: Any) -> ActionRecord:
             started_at=datetime.fromisoformat(data["started_at"]),
             finished_at=None if finished is None else datetime.fromisoformat(finished),
             error=data["error"],
+            holder=data.get("holder"),
+            token=data.get("token"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TransientError(f"unexpected action record from the medic API: {exc!r}") from exc
+
+
+def _lease(data: Any) -> Lease:
+    try:
+        return Lease(
+            name=str(data["name"]),
+            holder=str(data["holder"]),
+            token=int(data["token"]),
+            acquired_at=datetime.fromisoformat(data["acquired_at"]),
+            renewed_at=datetime.fromisoformat(data["renewed_at"]),
+            expires_at=datetime.fromisoformat(data["expires_at"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TransientError(f"unexpected lease from the medic API: {exc!r}") from exc

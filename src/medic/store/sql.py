@@ -3,7 +3,8 @@
 This class is a thin facade: the work lives, for ``Store`` (``Inventory``, ``Evidence``,
 ``AdviceStore``, ``ActionLedger``, ``AuditLog``, ``AuditQuery``, ``CursorStore``), in
 ``sql_inventory`` (clusters, nodes, jobs, attempts), ``sql_diagnosis`` (detections, verdicts),
-``sql_advice`` (advice, scheduler actions), ``sql_audit`` (audit trail, cursors); for
+``sql_advice`` (advice), ``sql_actions`` (the step ledger), ``sql_leases`` (leases and fencing),
+``sql_audit`` (audit trail, cursors); for
 ``RepairStore`` in ``sql_repairs`` (repairs, validation results), ``sql_repair_state`` (alerts,
 repair policy, breaker) and ``sql_health`` (node health); for ``TokenStore`` and ``ModeStore`` in
 ``sql_tokens`` (API tokens, console sessions, run-time modes), all on one
@@ -29,6 +30,7 @@ from medic.domain.auth import Session, Token
 from medic.domain.cluster import Job, Node
 from medic.domain.diagnosis import Detection, Verdict
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
+from medic.domain.leases import Fence, Lease
 from medic.domain.modes import ClusterModes
 from medic.domain.repairs import (
     Alert,
@@ -44,10 +46,12 @@ from medic.domain.repairs import (
     ValidationResult,
 )
 from medic.store import (
+    sql_actions,
     sql_advice,
     sql_audit,
     sql_diagnosis,
     sql_health,
+    sql_leases,
     sql_repair_state,
     sql_repairs,
     sql_tokens,
@@ -164,21 +168,41 @@ class SqlStore:
         )
 
     # --- scheduler actions -----------------------------------------------------------------
-    def begin_action(self, record: ActionRecord) -> bool:
-        return sql_advice.begin_action(self._db, record)
+    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+        return sql_actions.begin_action(self._db, record, fence)
 
     def get_action(self, key: str) -> ActionRecord | None:
-        return sql_advice.get_action(self._db, key)
+        return sql_actions.get_action(self._db, key)
 
     def finish_action(
-        self, key: str, status: ActionStatus, now: datetime, error: str | None = None
+        self,
+        key: str,
+        status: ActionStatus,
+        now: datetime,
+        error: str | None = None,
+        begun_by: tuple[str, int] | None = None,
     ) -> None:
-        sql_advice.finish_action(self._db, key, status, now, error)
+        sql_actions.finish_action(self._db, key, status, now, error, begun_by)
 
     def list_actions(
         self, cluster: ClusterName | None = None, job_id: JobId | None = None
     ) -> list[ActionRecord]:
-        return sql_advice.list_actions(self._db, cluster, job_id)
+        return sql_actions.list_actions(self._db, cluster, job_id)
+
+    # --- leases ----------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, now: datetime, ttl_seconds: float) -> Lease:
+        return sql_leases.acquire_lease(self._db, name, holder, now, ttl_seconds)
+
+    def release_lease(self, name: str, holder: str, now: datetime) -> bool:
+        return sql_leases.release_lease(self._db, name, holder, now)
+
+    def list_leases(self) -> list[Lease]:
+        return sql_leases.list_leases(self._db)
+
+    @property
+    def single_process(self) -> bool:
+        """True on SQLite: one process may act on it (the embedded default)."""
+        return self._db.dialect == "sqlite"
 
     # --- audit -----------------------------------------------------------------------------
     def append_audit(self, event: AuditEvent) -> int:

@@ -1,4 +1,4 @@
-"""Advice and scheduler-action part of the SQL store: the compare-and-set heart of recovery.
+"""Advice part of the SQL store: the compare-and-set heart of recovery (steps: ``sql_actions``).
 
 Several control-loop replicas and remote controllers may write at once, so nothing here reads,
 decides and writes without a guard: the first advice row of a job and every action row are
@@ -13,23 +13,18 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
-from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
 from medic.domain.advice import Advice, AdviceAction, AdviceRequest, Reconciliation
 from medic.domain.cluster import Mode
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.errors import ConflictError, InputError, NotFoundError
 from medic.store.db import Database, DuplicateKeyError
-from medic.store.tables import actions, advice
+from medic.store.tables import advice
 
 __all__ = [
     "advice_for_job",
-    "begin_action",
-    "finish_action",
-    "get_action",
     "get_advice",
-    "list_actions",
     "list_advice",
     "publish_advice",
     "report_reconciliation",
@@ -196,72 +191,4 @@ def _advice(data: dict[str, Any]) -> Advice:
         created_at=data["created_at"],
         updated_at=data["updated_at"],
         repair_id=data.get("repair_id"),
-    )
-
-
-# --- scheduler actions ---------------------------------------------------------------------
-def begin_action(db: Database, record: ActionRecord) -> bool:
-    row = {
-        "key": record.key,
-        "cluster": record.cluster,
-        "kind": record.kind.value,
-        "status": record.status.value,
-        "job_id": record.job_id,
-        "node": record.node,
-        "advice_id": record.advice_id,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "error": record.error,
-    }
-    try:
-        db.write(lambda conn: conn.execute(sa.insert(actions).values(row)))
-    except DuplicateKeyError:
-        if get_action(db, record.key) is None:
-            raise  # some other constraint failed; the key is still free
-        return False
-    return True
-
-
-def get_action(db: Database, key: str) -> ActionRecord | None:
-    query = sa.select(actions).where(actions.c.key == key)
-    row = db.read(lambda conn: conn.execute(query).first())
-    return None if row is None else _action(row)
-
-
-def finish_action(
-    db: Database, key: str, status: ActionStatus, now: datetime, error: str | None
-) -> None:
-    stmt = (
-        sa.update(actions)
-        .where(actions.c.key == key)
-        .values(status=status.value, finished_at=now, error=error)
-    )
-    if db.write(lambda conn: conn.execute(stmt).rowcount) != 1:
-        raise NotFoundError(f"scheduler action {key!r} was never begun")
-
-
-def list_actions(
-    db: Database, cluster: ClusterName | None, job_id: JobId | None
-) -> list[ActionRecord]:
-    query = sa.select(actions).order_by(actions.c.id)
-    if cluster is not None:
-        query = query.where(actions.c.cluster == cluster)
-    if job_id is not None:
-        query = query.where(actions.c.job_id == job_id)
-    rows = db.read(lambda conn: conn.execute(query).all())
-    return [_action(row) for row in rows]
-
-
-def _action(row: Row[Any]) -> ActionRecord:
-    return ActionRecord(
-        key=row._mapping["key"],
-        cluster=ClusterName(row.cluster),
-        kind=ActionKind(row.kind),
-        status=ActionStatus(row.status),
-        job_id=None if row.job_id is None else JobId(row.job_id),
-        node=None if row.node is None else NodeName(row.node),
-        advice_id=None if row.advice_id is None else AdviceId(row.advice_id),
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        error=row.error,
     )

@@ -40,6 +40,7 @@ __all__ = [
     "cursors",
     "detections",
     "jobs",
+    "leases",
     "metadata",
     "modes",
     "node_health",
@@ -203,7 +204,21 @@ actions = sa.Table(
     sa.Column("started_at", UtcDateTime(), nullable=False),
     sa.Column("finished_at", UtcDateTime(), nullable=True),
     sa.Column("error", LongText(), nullable=True),
+    sa.Column("holder", sa.String(NAME), nullable=True),
+    sa.Column("token", sa.BigInteger(), nullable=True),
     sa.Index(None, "cluster", "job_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(NAME), primary_key=True),
+    sa.Column("holder", sa.String(NAME), nullable=False),
+    sa.Column("token", sa.BigInteger(), nullable=False),
+    sa.Column("acquired_at", UtcDateTime(), nullable=False),
+    sa.Column("renewed_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -11,6 +11,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -91,6 +92,25 @@ class PrometheusMetrics:
             registry=self.registry,
         )
 
+        self._lease_held = Gauge(
+            "medic_lease_held",
+            "1 while this process holds the lease (it does the lease's control work), else 0.",
+            ("lease",),
+            registry=self.registry,
+        )
+        self._lease_renewal = Histogram(
+            "medic_lease_renewal_seconds",
+            "Seconds one take-or-renew of a lease took in the database.",
+            buckets=LOOP_PASS_BUCKETS,
+            registry=self.registry,
+        )
+        self._lease_failovers = Counter(
+            "medic_lease_failovers_total",
+            "Leases this process took over from another holder whose lease had run out.",
+            ("lease",),
+            registry=self.registry,
+        )
+
     def detection(self, cluster: ClusterName, signature_id: str) -> None:
         """Count one stored detection."""
         self._detections.labels(cluster=cluster, signature=signature_id).inc()
@@ -114,6 +134,15 @@ class PrometheusMetrics:
     def loop_error(self, stage: str) -> None:
         """Count a pass stage (observe, evaluate, act) that raised."""
         self._loop_errors.labels(stage=stage).inc()
+
+    def lease_renewal(self, lease: str, seconds: float, held: bool) -> None:
+        """One take-or-renew of ``lease``: how long it took, whether this process holds it."""
+        self._lease_renewal.observe(seconds)
+        self._lease_held.labels(lease=lease).set(1 if held else 0)
+
+    def lease_failover(self, lease: str) -> None:
+        """This process took ``lease`` over from a holder whose lease ran out."""
+        self._lease_failovers.labels(lease=lease).inc()
 
     # --- node repair (``medic.repair.lifecycle.RepairMetrics``) -------------------------------
     def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
@@ -155,6 +184,12 @@ class NullMetrics:
 
     def loop_error(self, stage: str) -> None:
         """Ignore a failed stage."""
+
+    def lease_renewal(self, lease: str, seconds: float, held: bool) -> None:
+        """Ignore a lease renewal."""
+
+    def lease_failover(self, lease: str) -> None:
+        """Ignore a failover."""
 
     def alert_fired(self, cluster: ClusterName, key: str, mapped: bool) -> None:
         """Ignore an alert."""

@@ -690,7 +690,13 @@ def test_readyz_answers_503_when_the_store_does_not(scenario: Scenario) -> None:
 
     body = _assert_problem(response, 503, "store_unavailable")
     assert "postgresql" not in body["detail"], "an open endpoint names no database"
-    assert TestClient(create_app(scenario.services)).get("/readyz").json() == {"status": "ready"}
+    ready = TestClient(create_app(scenario.services)).get("/readyz").json()
+    # the scenario's loop ran passes: this replica holds its cluster's two leases
+    assert ready == {
+        "status": "ready",
+        "holder": scenario.services.loop.holder,
+        "leases": {"loop/sim": True, "controller/sim": True},
+    }
 
 
 # --- the loop beside the API ----------------------------------------------------------------

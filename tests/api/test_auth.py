@@ -205,7 +205,7 @@ def test_malformed_and_unknown_credentials_are_401_with_a_bearer_challenge(rig: 
 def test_probes_and_metrics_stay_open(rig: Rig) -> None:
     client = rig.client()
     assert client.get("/healthz").status_code == 200
-    assert client.get("/readyz").json() == {"status": "ready"}
+    assert client.get("/readyz").json()["status"] == "ready"
     assert client.get("/metrics").status_code == 200
     assert client.get("/api/openapi.json").status_code == 200
     assert rig.events(AuditKind.ACCESS_DENIED) == []

@@ -61,7 +61,9 @@ def test_serve_runs_the_loop_beside_the_api(tmp_path: Path) -> None:
         while _passes(base) < 3:
             assert time.monotonic() < deadline, "the control loop made no passes"
             time.sleep(0.2)
-        assert httpx.get(f"{base}/readyz", timeout=5).json() == {"status": "ready"}
+        ready = httpx.get(f"{base}/readyz", timeout=5).json()
+        assert ready["status"] == "ready"
+        assert ready["leases"] == {"loop/sim": True, "controller/sim": True}, "one process: it acts"
 
 
 def test_serve_no_loop_serves_the_api_only(tmp_path: Path) -> None:

@@ -107,14 +107,16 @@ def create_app(services: Services, *, run_loop: bool = False) -> FastAPI:
 
     @app.get("/readyz", response_model=ReadyOut, responses=problems(503))
     def readyz(request: Request) -> ReadyOut:
-        """Readiness: the process answers and its store answers a query (503 otherwise)."""
+        """Readiness: the process answers and its store answers a query (503 otherwise), and
+        which of its leases this replica holds (none: it stands by and serves the API)."""
         try:
             request.app.state.services.store.get_cursor(READY_PROBE)
         except Exception as exc:
             # Open to anyone: say what is wrong in the log, not (database URL and all) here.
             logger.warning("readiness: the store does not answer: %s", exc)
             raise StoreError("the store does not answer; see medic's log") from None
-        return ReadyOut(status="ready")
+        loop = request.app.state.services.loop
+        return ReadyOut(status="ready", holder=loop.holder, leases=loop.leases())
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

@@ -107,6 +107,11 @@ class ModesOut(BaseModel):
 
 class ReadyOut(BaseModel):
     status: str
+    holder: str | None = None
+    """This process's name as a lease holder (null: it runs no control loop)."""
+    leases: dict[str, bool] = {}
+    """The leases this process takes, and whether it holds each now: a replica that holds none
+    stands by (it serves the API; another replica does the control work)."""
 
 
 __all__ = [

@@ -184,9 +184,14 @@ class ControlLoop:
             stop.wait(max(0.0, interval - spent))
 
     @property
-    def holds_lease(self) -> bool:
-        """True when this loop may do its cluster's control work now (no lease: always)."""
-        return self._lease is None or self._lease.may_act()
+    def holder(self) -> str | None:
+        """This process's name as a lease holder (None: it runs without leases)."""
+        return None if self._lease is None else self._lease.holder
+
+    def leases(self) -> dict[str, bool]:
+        """The leases this loop takes, and whether it may act under each now."""
+        keepers = (self._lease, self._controller_lease)
+        return {k.name: k.may_act() for k in keepers if k is not None}
 
     def run_once(self) -> PassReport:
         """One full pass over the cluster; nothing while another process holds its lease."""

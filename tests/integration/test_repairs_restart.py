@@ -106,6 +106,27 @@ def _moved_on(r: Rig, left: Repair, after: datetime) -> None:
     assert (moved.time - after).total_seconds() <= 1.0
 
 
+def _every_start_has_an_outcome(r: Rig, repair: Repair) -> list[str | None]:
+    """No ``repair-step-started`` of the repair is left without an outcome after it; the errors
+    of the outcomes the engine that took over recorded as unknown."""
+    kinds = {AuditKind.REPAIR_STEP_SUCCEEDED, AuditKind.REPAIR_STEP_FAILED}
+    open_steps: dict[str, int] = {}
+    unknown: list[str | None] = []
+    for e in sorted(
+        (e for e in r.events() if e.payload.get("repair_id") == repair.id),
+        key=lambda e: e.id or 0,
+    ):
+        step = str(e.payload.get("step"))
+        if e.kind is AuditKind.REPAIR_STEP_STARTED:
+            open_steps[step] = open_steps.get(step, 0) + 1
+        elif e.kind in kinds and open_steps.get(step):
+            open_steps[step] -= 1
+            if e.payload.get("unknown"):
+                unknown.append(e.payload.get("error"))
+    assert {s: n for s, n in open_steps.items() if n} == {}, "a started step has no outcome"
+    return unknown
+
+
 def _recovered(r: Rig, left: Repair) -> tuple[str, str]:
     (event,) = _events(r, AuditKind.REPAIR_RECOVERED, left)
     return event.payload["found"], event.payload["decision"]
@@ -153,6 +174,9 @@ def test_an_action_started_with_no_outcome_and_nothing_under_way_is_issued_again
     assert why is not None and "did not boot since" in why and "nothing is under way" in why
     assert [(n, a) for n, a, *_ in r.h.sim.repairs] == [(NODE, RepairAction.REBOOT)]
     assert r.node(NODE) == (NodeState.IDLE, None)
+    # the dead engine's start got its outcome at the takeover, explicitly unknown
+    [unknown] = _every_start_has_an_outcome(r, left)
+    assert unknown is not None and unknown.startswith("outcome unknown: ")
 
 
 def test_an_action_that_ran_before_the_kill_is_not_repeated(

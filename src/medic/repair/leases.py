@@ -11,7 +11,8 @@ most, also while a slow action runs off the loop). Another engine takes the repa
 whole lease long. A medic killed in the middle of a repair is therefore replaced within a lease,
 whatever the state; the engine that takes over decides from the store and the node what is left
 to do (:mod:`medic.repair.execution` for an action whose outcome was never recorded). Each
-takeover is audited (``repair-taken-over``).
+takeover is audited (``repair-taken-over``), and each step the stopped engine left with no
+outcome is given one there, explicitly unknown (:func:`~medic.repair.steps.close_in_doubt`).
 
 Each engine is its own owner, ``host:pid:nonce``: a restarted process is a new owner and waits
 for its predecessor's leases to run out. The replicas' clocks must agree to within a few
@@ -31,7 +32,8 @@ from typing import Any, Protocol
 from medic.domain.audit import AuditKind
 from medic.domain.repairs import Repair, RepairState, RepairUpdate
 from medic.errors import ConflictError, MedicError
-from medic.repair.steps import Audit
+from medic.ports import AuditQuery
+from medic.repair.steps import Audit, close_in_doubt
 
 __all__ = ["LEASED", "LEASE_SECONDS", "RENEW_SECONDS", "LeaseStore", "Leases", "engine_owner"]
 
@@ -70,10 +72,13 @@ class Leases:
         clock: Callable[[], datetime],
         audit: Audit,
         owner: str | None = None,
+        trail: AuditQuery | None = None,
     ) -> None:
         self._store = store
         self._now = clock
         self._audit = audit
+        self._trail = trail
+        """Where a takeover finds the steps the stopped engine left in doubt (None: not read)."""
         self.owner = owner or engine_owner()
         self._held: dict[int, datetime] = {}
         """Repair id -> the end of the lease this engine holds on it."""
@@ -122,6 +127,9 @@ class Leases:
                 f"did not renew it: {self.owner} carries the {repair.state.value} state on"
             )
             self._audit(AuditKind.REPAIR_TAKEN_OVER, taken, payload, now)
+            if self._trail is not None:
+                why = f"{repair.owner or 'its engine'} started it and stopped before recording it"
+                close_in_doubt(self._trail, taken, self._audit, now, why)
         return True
 
     def renew(self, open_repairs: Sequence[Repair]) -> None:

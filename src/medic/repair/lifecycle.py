@@ -103,7 +103,7 @@ class Lifecycle:
         self._cluster = scheduler.cluster
         self.steps = Steps(self.audit, clock)
         """Runs the commands; slow ones (the action, the validation suite) off the loop."""
-        self.leases = Leases(store, clock, self.audit)
+        self.leases = Leases(store, clock, self.audit, trail=store)
         """The repairs this engine owns (their leases in the store)."""
         self._execution = Execution(
             self, trail=store, provider=provider, clock=clock, settings=settings

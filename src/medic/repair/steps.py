@@ -20,8 +20,9 @@ in the trail before a command is issued and its outcome after, so an engine that
 over (its engine stopped mid-step, :mod:`medic.repair.leases`) reads the step back with
 :func:`read_record`: never started, started with no outcome (in doubt: the engine stopped, or
 abandoned it), succeeded, failed, or refused for good. :mod:`medic.repair.execution` decides
-from that and the node. Threads are daemons so that stopping medic never waits for an
-operator's hook.
+from that and the node. At the takeover, :func:`close_in_doubt` gives each step left in doubt
+its outcome in the trail, explicitly unknown, so no ``repair-step-started`` stays without one.
+Threads are daemons so that stopping medic never waits for an operator's hook.
 """
 
 from __future__ import annotations
@@ -29,18 +30,26 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from medic.domain.audit import AuditKind, SubjectType
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.repairs import Repair
 from medic.errors import MedicError, PermanentError
 from medic.ports import AuditQuery
 
-__all__ = ["RECOVERED", "Audit", "StepOutcome", "StepRecord", "Steps", "read_record"]
+__all__ = [
+    "RECOVERED",
+    "Audit",
+    "StepOutcome",
+    "StepRecord",
+    "Steps",
+    "close_in_doubt",
+    "read_record",
+]
 
 T = TypeVar("T")
 Audit = Callable[[AuditKind, Repair, dict[str, Any], datetime], None]
@@ -187,6 +196,48 @@ def read_record(trail: AuditQuery, repair: Repair, step: str) -> StepRecord:
     the node's step events since the repair was created, oldest first."""
     record = StepRecord(StepOutcome.NOT_STARTED)
     recoveries = 0
+    for event in _step_events(trail, repair):
+        payload = event.payload
+        if payload.get("step") != step:
+            continue
+        if event.kind is AuditKind.REPAIR_STEP_STARTED:
+            recoveries += RECOVERED in payload
+            record = StepRecord(StepOutcome.IN_DOUBT, event.time)
+            continue
+        if payload.get(_ABANDONED):
+            continue  # its engine stopped collecting it: the step may still have run
+        if event.kind is AuditKind.REPAIR_STEP_SUCCEEDED:
+            outcome = StepOutcome.SUCCEEDED
+        else:
+            outcome = StepOutcome.REFUSED if payload.get("permanent") else StepOutcome.FAILED
+        error = payload.get("error")
+        record = StepRecord(outcome, record.started_at, str(error) if error else None)
+    return StepRecord(record.outcome, record.started_at, record.error, recoveries)
+
+
+def close_in_doubt(
+    trail: AuditQuery, repair: Repair, audit: Audit, now: datetime, why: str
+) -> list[str]:
+    """Give each step of ``repair`` started with no outcome in the trail (its engine stopped) an
+    explicit one: unknown, recorded as a failure its engine abandoned, which :func:`read_record`
+    still reads as in doubt (what to do next stays the taking engine's to decide). The steps it
+    closed, in order."""
+    started: dict[str, None] = {}
+    for event in _step_events(trail, repair):
+        step = str(event.payload.get("step"))
+        if event.kind is AuditKind.REPAIR_STEP_STARTED:
+            started[step] = None
+        else:
+            started.pop(step, None)
+    for step in started:
+        payload: dict[str, Any] = {"repair_id": repair.id, "step": step, "permanent": False}
+        payload |= {"error": f"outcome unknown: {why}", _ABANDONED: True, "unknown": True}
+        audit(AuditKind.REPAIR_STEP_FAILED, repair, payload, now)
+    return list(started)
+
+
+def _step_events(trail: AuditQuery, repair: Repair) -> Iterator[AuditEvent]:
+    """The step events of ``repair`` on its node since it was created, oldest first."""
     after: int | None = None
     while True:
         page = trail.query_audit(
@@ -198,25 +249,8 @@ def read_record(trail: AuditQuery, repair: Repair, step: str) -> StepRecord:
             limit=_PAGE,
         )
         for event in page:
-            payload = event.payload
-            if (
-                event.kind not in _STEP_KINDS
-                or payload.get("repair_id") != repair.id
-                or payload.get("step") != step
-            ):
-                continue
-            if event.kind is AuditKind.REPAIR_STEP_STARTED:
-                recoveries += RECOVERED in payload
-                record = StepRecord(StepOutcome.IN_DOUBT, event.time)
-                continue
-            if payload.get(_ABANDONED):
-                continue  # its engine stopped collecting it: the step may still have run
-            if event.kind is AuditKind.REPAIR_STEP_SUCCEEDED:
-                outcome = StepOutcome.SUCCEEDED
-            else:
-                outcome = StepOutcome.REFUSED if payload.get("permanent") else StepOutcome.FAILED
-            error = payload.get("error")
-            record = StepRecord(outcome, record.started_at, str(error) if error else None)
+            if event.kind in _STEP_KINDS and event.payload.get("repair_id") == repair.id:
+                yield event
         if len(page) < _PAGE:
-            return StepRecord(record.outcome, record.started_at, record.error, recoveries)
+            return
         after = page[-1].id

@@ -376,7 +376,7 @@ def test_read_commands_never_create_or_migrate_a_database(tmp_path: Path) -> Non
     engine.dispose()
     proc = run_medic(["nodes"], _subprocess_env(tmp_path, MEDIC_DATABASE_URL=f"sqlite:///{old}"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "is at revision 0007, medic needs 0008" in proc.stderr
+    assert "is at revision 0007, medic needs 0009" in proc.stderr
     engine = sa.create_engine(f"sqlite:///{old}")
     assert schema_revisions(engine)[0] == "0007"
     engine.dispose()

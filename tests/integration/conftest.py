@@ -164,6 +164,10 @@ class RecordingScheduler:
     def requeue_hold(self, job_id: JobId) -> None:
         self._mutate("requeue_hold", job_id)
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        # medic's hold mark, not a step of the plan: neither recorded nor a crash point
+        self.inner.set_admin_comment(job_id, text)
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         self._mutate("set_excluded_nodes", job_id, frozenset(nodes))
 

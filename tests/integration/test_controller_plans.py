@@ -56,6 +56,9 @@ class ScriptedScheduler:
         j = self.job
         self.job = replace(j, state=JobState.PENDING, restart_count=j.restart_count + 1, held=True)
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        self.job = replace(self.job, admin_comment=text or None)  # the hold mark: not a command
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         self._command("set_excluded_nodes")
         if self.job.state is not JobState.PENDING:

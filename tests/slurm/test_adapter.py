@@ -1,11 +1,14 @@
 """The Slurm adapter against the real local Slurm 22.05 cluster (``tests/slurm/conftest.py``):
-node states, opt-in, log tailing, the drain-ownership rule, reboot, node failure and an
-unreachable controller. The port-level behaviours (requeue-hold, exclude, release, cancel,
-drain/resume) are in ``test_scheduler_contract_slurm.py``."""
+node states, opt-in, log tailing, the drain-ownership rule, reboot, node failure, an
+unreachable controller, and the fail-open watchdog's release of a job medic left held. The
+port-level behaviours (requeue-hold, exclude, release, cancel, drain/resume) are in
+``test_scheduler_contract_slurm.py``."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from medic.config.settings import SlurmSettings
+from medic.control.fail_open import FailOpen
 from medic.dev.slurm import LocalSlurm, SlurmEnv
-from medic.domain.cluster import Job, JobSpec, JobState, Node, NodeState
-from medic.domain.ids import ClusterName, JobId, NodeName
+from medic.domain.cluster import Job, JobSpec, JobState, Mode, Node, NodeState
+from medic.domain.holds import HoldMark, read_mark, with_mark
+from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.domain.logs import LogLine, LogStream
 from medic.errors import PermanentError, TransientError
 from medic.schedulers.slurm import (
@@ -223,3 +228,46 @@ def test_an_unreachable_controller_is_transient(slurm: SlurmEnv, tmp_path: Path)
         broken.list_jobs()
     with pytest.raises(TransientError):
         broken.get_job(JobId("1"))
+
+
+def test_a_job_medic_held_and_left_is_released_by_the_watchdog_alone(
+    parts: Parts, tmp_path: Path
+) -> None:
+    """What a controller killed between the hold and the release leaves in Slurm (the job
+    marked in its AdminComment, requeue-held, the bad node excluded), and ``medic watchdog``'s
+    check releasing it with the job's own exclusions, with nothing else of medic's running."""
+    job_id = parts.workload.submit(JobSpec(name="held", num_nodes=1, comment=ACT))
+    try:
+        running: Job = wait_for(
+            "the job to run",
+            lambda: (j := parts.scheduler.get_job(job_id)).state is JobState.RUNNING and j,
+        )
+        held_at = datetime.fromtimestamp(int(time.time()) - 60, tz=UTC)
+        mark = HoldMark(AdviceId(1), 1, running.restart_count, held_at, running.excluded_nodes)
+        parts.scheduler.set_admin_comment(job_id, with_mark(running.admin_comment, mark))
+        parts.scheduler.requeue_hold(job_id)
+        wait_for("the job held", lambda: parts.scheduler.get_job(job_id).held, timeout=30)
+        parts.scheduler.set_excluded_nodes(job_id, frozenset(running.nodes))
+        held = parts.scheduler.get_job(job_id)
+        assert read_mark(held.admin_comment) == mark, held.admin_comment
+        assert held.excluded_nodes == frozenset(running.nodes) and held.restart_count == 1
+
+        journal = tmp_path / "watchdog.jsonl"
+        dog = FailOpen(
+            scheduler=parts.scheduler,
+            clock=WallClock(),
+            timeout_seconds=30.0,
+            mode=Mode.ACT,
+            journal=journal,
+        )
+        assert dog.check() == [job_id]
+        released = parts.scheduler.get_job(job_id)
+        assert not released.held and released.excluded_nodes == running.excluded_nodes
+        assert released.admin_comment is None, "the mark is taken off"
+        assert [json.loads(x)["what"] for x in journal.read_text().splitlines()] == [
+            "releasing",
+            "released",
+        ]
+        assert dog.check() == [], "released once"
+    finally:
+        parts.scheduler.cancel(job_id, "medic: test done")

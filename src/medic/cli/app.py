@@ -19,6 +19,7 @@ from medic.cli import (
     repairs,
     serve,
     tokens,
+    watchdog,
 )
 from medic.cli.common import State
 
@@ -56,6 +57,7 @@ demo.register(app)
 query.register(app)
 config.register(app)
 controller.register(app)
+watchdog.register(app)
 diagnose.register(app)
 dev.register(app)
 agent.register(app)

@@ -127,6 +127,9 @@ class Job:
     exit_code: int | None = None
     comment: str | None = None
     """Raw job comment; medic's per-job options live under its ``"medic"`` key (JSON)."""
+    admin_comment: str | None = None
+    """The job's admin comment (Slurm's ``AdminComment``): where medic marks a job it holds
+    (:mod:`medic.domain.holds`)."""
     log_paths: tuple[str, ...] = ()
     options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
     """Parsed medic options from the comment (empty when none or invalid)."""

@@ -58,6 +58,11 @@ class Scheduler(Protocol):
         """
         ...
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        """Replace the job's admin comment (Slurm's ``AdminComment``), where medic marks a job
+        it holds for the fail-open watchdog (:mod:`medic.domain.holds`)."""
+        ...
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         """Replace the set of nodes the job must not run on (only while pending)."""
         ...

@@ -56,6 +56,10 @@ class SnapshotCache:
         self._changed()
         self._inner.requeue_hold(job_id)
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        self._changed()
+        self._inner.set_admin_comment(job_id, text)
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         self._changed()
         self._inner.set_excluded_nodes(job_id, nodes)

@@ -35,6 +35,7 @@ def record(**changes: object) -> CanonicalJob:
         end_time=1_700_003_610,
         exit_code=0,
         comment="",
+        admin_comment="",
         stdout="",
         stderr="",
         workdir="/home/u",

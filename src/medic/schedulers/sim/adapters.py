@@ -43,6 +43,9 @@ class SimScheduler:
     def requeue_hold(self, job_id: JobId) -> None:
         self._sim.requeue_hold(job_id)
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        self._sim.set_admin_comment(job_id, text)
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         self._sim.set_excluded_nodes(job_id, nodes)
 

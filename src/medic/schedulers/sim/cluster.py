@@ -208,6 +208,10 @@ class SimCluster:
             raise PermanentError(f"job {job_id} is {job.state.value}; it cannot be requeued")
 
     @_public
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        self.job(job_id).admin_comment = text or None
+
+    @_public
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         job = self.job(job_id)
         if job.state is not JobState.PENDING:

@@ -102,6 +102,7 @@ class SimJob:
     state: JobState = JobState.PENDING
     held: bool = False
     excluded: frozenset[NodeName] = frozenset()
+    admin_comment: str | None = None
     restart_count: int = 0
     nodes: tuple[SimNode, ...] = ()
     start_time: datetime | None = None
@@ -132,7 +133,8 @@ class SimJob:
     def to_domain(self, cluster: ClusterName) -> Job:
         # Every change visible in a Job moves one of these (start, stop and requeue bump ``run``),
         # so the frozen snapshot is reused while the key holds: list_jobs runs every loop pass.
-        key = (cluster, self.run, self.state, self.held, self.restart_count, self.excluded)
+        key: tuple[object, ...] = (cluster, self.run, self.state, self.held, self.restart_count)
+        key = (*key, self.excluded, self.admin_comment)
         if self._snapshot is not None and self._snapshot_key == key:
             return self._snapshot
         self._snapshot_key = key
@@ -152,5 +154,6 @@ class SimJob:
             end_time=self.end_time,
             exit_code=self.exit_code,
             comment=self.comment,
+            admin_comment=self.admin_comment,
         )
         return self._snapshot

@@ -239,6 +239,10 @@ class SlurmScheduler:
             # Already pending (never ran, or requeued by Slurm): hold it so it stays put.
             self._cli.run(["scontrol", "hold", jid])
 
+    def set_admin_comment(self, job_id: JobId, text: str) -> None:
+        # One argv element: scontrol takes the whole value after "=", spaces and all.
+        self._cli.run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"AdminComment={text}"])
+
     def set_excluded_nodes(self, job_id: JobId, nodes: frozenset[NodeName]) -> None:
         jid = _job_id(job_id)
         names = compress_hostlist(_node_name(n) for n in sorted(nodes))

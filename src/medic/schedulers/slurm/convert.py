@@ -255,6 +255,7 @@ def job_from_canonical(record: CanonicalJob, cluster: ClusterName) -> Job:
         end_time=_datetime(record["end_time"]) if ended else None,
         exit_code=record["exit_code"] if ended else None,
         comment=record["comment"] or None,
+        admin_comment=record["admin_comment"] or None,
         log_paths=_log_paths(record),
     )
 

@@ -53,6 +53,8 @@ class CanonicalJob(TypedDict):
     exit_code: int | None
     """Shell convention: the exit status, or 128 + signal number."""
     comment: str
+    admin_comment: str
+    """``AdminComment`` ("" when none): medic's hold mark lives there."""
     stdout: str | None
     """As Slurm reports it: an unexpanded pattern (``%x-%j.out``), empty for Slurm's default, or
     None when the source does not say (accounting records)."""

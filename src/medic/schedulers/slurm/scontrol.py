@@ -125,6 +125,7 @@ def job_from_scontrol(fields: dict[str, str]) -> CanonicalJob:
         end_time=_epoch(fields, "EndTime"),
         exit_code=_exit_code(fields.get("ExitCode", "")),
         comment=_value(fields, "Comment"),
+        admin_comment=_value(fields, "AdminComment"),
         stdout=_value(fields, "StdOut"),
         stderr=_value(fields, "StdErr"),
         workdir=_value(fields, "WorkDir"),

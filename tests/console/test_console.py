@@ -322,6 +322,10 @@ def test_signing_in_with_a_token_opens_the_overview(page: Page, console: Console
     expect(page.locator("#badput-figures tr[data-cause='downtime']")).to_contain_text("node")
     expect(page.locator("#goodput-chart canvas").first).to_be_visible()
     expect(cards).not_to_contain_text("Goodput is not measured")
+    # which process holds the control work: the fixture's loop took both leases of its cluster
+    leases = page.locator("#leases-table tbody tr")
+    expect(leases).to_have_count(2)
+    expect(leases.filter(has_text="loop/")).to_contain_text(console.services.loop.holder or "-")
     page.get_by_label("Window", exact=True).select_option("86400")
     expect(page.locator("#goodput-ratio")).to_contain_text("%")
     shoot(page, "01-overview")

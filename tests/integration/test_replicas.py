@@ -9,10 +9,11 @@ and MariaDB) is ``tests/slurm/e2e/test_replicas_e2e.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
+from medic.config.settings import Acting, ControllerSettings
 from medic.control.leases import LeaseKeeper
 from medic.control.loop import ControlLoop
 from medic.detect.matcher import SignatureDiagnoser
@@ -176,3 +177,20 @@ def test_a_stalled_replica_never_issues_a_step_on_waking(make_harness: MakeHarne
         if "lease ran out before it was issued" in str(e.payload.get("error"))
     ]
     assert len(refused) == 1 and refused[0].payload["token"] == 1
+
+
+def test_with_remote_controllers_the_loop_publishes_advice_and_never_acts(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(mode=Mode.ACT)
+    h.settings = replace(h.settings, controller=ControllerSettings(acting=Acting.REMOTE))
+    a = Replica("a", h, h.scheduler)
+    job, bad = _faulty_job(h, [a])
+    _run(h, [a], 10)
+
+    advice = h.advice(job)
+    assert advice is not None and advice.exclude_nodes == frozenset({bad})
+    assert advice.status is Reconciliation.PENDING, "left to a remote controller"
+    assert h.scheduler.names(job) == []
+    leases = {lease.name: lease.holder for lease in h.store.list_leases()}
+    assert leases == {loop_lease(CLUSTER): "a"}, "the controller lease is a remote's to take"

@@ -1,5 +1,5 @@
 // Overview: jobs running vs total, jobs by state, nodes by health and state, open repairs, the
-// circuit breaker, alerts; then, for a chosen window, goodput (the figure, badput by cause and a
+// circuit breaker, alerts; which process holds each lease of the control work (replicas); then, for a chosen window, goodput (the figure, badput by cause and a
 // uPlot chart over time) and detection / action latencies (figures and a uPlot chart).
 
 import { get } from "../api.js";
@@ -212,6 +212,24 @@ function makeChart(el, data, span) {
   );
 }
 
+// One row per lease: who does which control work (docs/replicas.md), and whether its lease runs.
+function leaseTable(leases) {
+  if (!leases.length) {
+    return html`<p class="muted">No medic process has taken a lease yet.</p>`;
+  }
+  const now = Date.now();
+  const rows = leases.map((l) => {
+    const left = (Date.parse(l.expires_at) - now) / 1000;
+    const state = left > 0 ? badge(`held, ${Math.ceil(left)} s left`, "ok") : badge("ran out", "warn");
+    return html`<tr><td><code>${l.name}</code></td><td>${l.holder}</td><td>${String(l.token)}</td>
+      <td>${timeTag(l.acquired_at)}</td><td>${state}</td></tr>`;
+  });
+  return html`<div class="scroll"><table class="list" id="leases-table"><thead><tr>
+    <th scope="col">Lease</th><th scope="col">Holder</th><th scope="col">Token</th>
+    <th scope="col">Held since</th><th scope="col">State</th></tr></thead>
+    <tbody>${join(rows)}</tbody></table></div>`;
+}
+
 export function overview(main) {
   redraw(
     main,
@@ -221,6 +239,13 @@ export function overview(main) {
       <select id="overview-window">${join(
         WINDOWS.map(([v, name]) => html`<option value="${v}">${name}</option>`),
       )}</select></p>
+    <section aria-labelledby="leases-title" class="wide">
+      <h2 id="leases-title">Control plane</h2>
+      <p class="muted">Which medic process does each piece of the control work: the loop of a
+        cluster, and carrying its job advice out. Another replica takes a lease over once it ran
+        out (its holder died or stalled); the token grows at each change of holder.</p>
+      <div id="leases"><p class="load-error"></p></div>
+    </section>
     <section aria-labelledby="goodput-title" class="wide">
       <h2 id="goodput-title">Goodput</h2>
       <p class="muted">The share of the node time given to training jobs that went into progress
@@ -265,6 +290,9 @@ export function overview(main) {
     },
     (data) => redraw(cards, summary(data)),
   );
+
+  const leasesEl = main.querySelector("#leases");
+  live(leasesEl, 5000, () => get("leases"), (leases) => redraw(leasesEl, leaseTable(leases)));
 
   const windowSelect = main.querySelector("#overview-window");
   const goodputEl = main.querySelector("#goodput");

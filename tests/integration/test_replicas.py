@@ -152,8 +152,8 @@ def test_a_stalled_replica_never_issues_a_step_on_waking(make_harness: MakeHarne
     stalled = {"done": False}
     original = h.store.begin_action
 
-    def begin_then_stall(record, fence=None):  # type: ignore[no-untyped-def]
-        begun = original(record, fence)
+    def begin_then_stall(record, fence=None, event=None):  # type: ignore[no-untyped-def]
+        begun = original(record, fence, event)
         if fence is not None and fence.holder == "a" and not stalled["done"]:
             stalled["done"] = True
             # a is stopped right here for two leases; b runs meanwhile

@@ -239,14 +239,13 @@ class Controller:
         owner = (
             None if record.holder is None or record.token is None else (record.holder, record.token)
         )
-        self._ledger.finish_action(
-            record.key, status, self._clock.now(), None if took_effect else why, owner
-        )
         kind = AuditKind.ACTION_SUCCEEDED if took_effect else AuditKind.ACTION_FAILED
         payload: dict[str, object] = {"key": record.key, "recovered": why}
         if fence is not None:
             payload["token"] = fence.token
-        self._audit(advice, kind, step.kind, payload)
+        event = self._event(advice, kind, step.kind, payload)
+        error = None if took_effect else why
+        self._ledger.finish_action(record.key, status, self._clock.now(), error, owner, event)
         logger.warning("job %s: %s in doubt: %s", advice.job_id, step.kind, why)
         return took_effect
 
@@ -275,17 +274,19 @@ class Controller:
             advice_id=advice.id,
             started_at=now,
         )
-        begun = self._ledger.begin_action(record, fence)
-        if fence is not None and not begun:
-            # Recorded by another run since this one read the ledger: decided on a later pass.
-            raise ConflictError(f"{key} was begun by another controller meanwhile")
-        # Unfenced, a False means an earlier run began this step and did not see it take
-        # effect: the scheduler state says it is still needed, so issuing it again is right.
         owner = None if fence is None else (fence.holder, fence.token)
         audit: dict[str, object] = (
             {"key": key} if fence is None else {"key": key, "token": fence.token}
         )
-        self._audit(advice, AuditKind.ACTION_STARTED, step.kind, audit)
+        # The step and its audit event are recorded together (one transaction in the store).
+        started = self._event(advice, AuditKind.ACTION_STARTED, step.kind, audit)
+        if not self._ledger.begin_action(record, fence, started):
+            if fence is not None:
+                # Recorded by another run since this one read the ledger: a later pass decides.
+                raise ConflictError(f"{key} was begun by another controller meanwhile")
+            # Unfenced, an earlier run began this step and did not see it take effect: the
+            # scheduler state says it is still needed, so issuing it again is right.
+            self._ledger.append_audit(started)
         if self._lease is not None and not self._lease.may_act():
             # Frozen past the lease between the two records: another process may act now.
             error = "not issued: this controller's lease ran out before it was issued"
@@ -322,20 +323,16 @@ class Controller:
         """The ledger's and the trail's record of a step's outcome. The trail records it even
         when the ledger no longer has this try (another holder took the step over meanwhile)."""
         key = str(payload["key"])
-        try:
-            self._ledger.finish_action(key, status, self._clock.now(), error, owner)
-        except ConflictError as exc:
-            logger.warning("job %s: %s", advice.job_id, exc)
-            payload = {**payload, "ledger": str(exc)}
         if error is not None:
             payload = {**payload, "error": error}
         succeeded = status is ActionStatus.SUCCEEDED
-        self._audit(
-            advice,
-            AuditKind.ACTION_SUCCEEDED if succeeded else AuditKind.ACTION_FAILED,
-            kind,
-            payload,
-        )
+        event_kind = AuditKind.ACTION_SUCCEEDED if succeeded else AuditKind.ACTION_FAILED
+        event = self._event(advice, event_kind, kind, payload)
+        try:
+            self._ledger.finish_action(key, status, self._clock.now(), error, owner, event)
+        except ConflictError as exc:
+            logger.warning("job %s: %s", advice.job_id, exc)
+            self._audit(advice, event_kind, kind, {**payload, "ledger": str(exc)})
 
     def _record_skip(self, advice: Advice, kind: ActionKind, existing: ActionRecord | None) -> None:
         if existing is not None and existing.status in (
@@ -361,8 +358,8 @@ class Controller:
             )
         # The scheduler already shows the step's effect, and no try of medic's is in doubt (a
         # failed one, or none): done by someone else. Record that nothing was issued.
-        self._ledger.finish_action(key, ActionStatus.SKIPPED, now)
-        self._audit(advice, AuditKind.ACTION_SKIPPED, kind, {"key": key})
+        skipped = self._event(advice, AuditKind.ACTION_SKIPPED, kind, {"key": key})
+        self._ledger.finish_action(key, ActionStatus.SKIPPED, now, event=skipped)
 
     def _report(self, advice: Advice, outcome: Outcome) -> Outcome:
         if advice.observed_generation == advice.generation and advice.status is outcome.status:
@@ -386,16 +383,23 @@ class Controller:
         action: ActionKind | None,
         payload: dict[str, object],
     ) -> None:
-        self._ledger.append_audit(
-            AuditEvent(
-                time=self._clock.now(),
-                actor=self._actor,
-                kind=kind,
-                subject_type=SubjectType.JOB,
-                subject_id=advice.job_id,
-                cluster=advice.cluster,
-                action=(action or advice.action).value,
-                mode=advice.mode,
-                payload={"advice_id": advice.id, "generation": advice.generation, **payload},
-            )
+        self._ledger.append_audit(self._event(advice, kind, action, payload))
+
+    def _event(
+        self,
+        advice: Advice,
+        kind: AuditKind,
+        action: ActionKind | None,
+        payload: dict[str, object],
+    ) -> AuditEvent:
+        return AuditEvent(
+            time=self._clock.now(),
+            actor=self._actor,
+            kind=kind,
+            subject_type=SubjectType.JOB,
+            subject_id=advice.job_id,
+            cluster=advice.cluster,
+            action=(action or advice.action).value,
+            mode=advice.mode,
+            payload={"advice_id": advice.id, "generation": advice.generation, **payload},
         )

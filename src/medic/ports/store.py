@@ -181,12 +181,15 @@ class AuditQuery(Protocol):
 class ActionLedger(AuditLog, Protocol):
     """The step ledger of scheduler actions (idempotency keys), each step audited."""
 
-    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+    def begin_action(
+        self, record: ActionRecord, fence: Fence | None = None, event: AuditEvent | None = None
+    ) -> bool:
         """Insert the action under its idempotency key; False when the key already exists.
 
         With ``fence`` (a lease holder's): ``FencedError`` unless ``fence`` is the lease's holder
         and token and the lease has not run out, checked in the transaction that records the
-        step; a step whose last try failed is then begun again (True), under this fence."""
+        step; a step whose last try failed is then begun again (True), under this fence.
+        ``event`` goes to the audit trail with the step (the store: in its transaction)."""
         ...
 
     def get_action(self, key: str) -> ActionRecord | None: ...
@@ -198,9 +201,11 @@ class ActionLedger(AuditLog, Protocol):
         now: datetime,
         error: str | None = None,
         begun_by: tuple[str, int] | None = None,
+        event: AuditEvent | None = None,
     ) -> None:
-        """Record a step's outcome. With ``begun_by`` (holder, token): only of the try they began
-        and that is still started (``ConflictError`` otherwise)."""
+        """Record a step's outcome, and ``event`` with it (the store: in one transaction). With
+        ``begun_by`` (holder, token): only of the try they began and that is still started
+        (``ConflictError`` otherwise, and ``event`` is not recorded)."""
         ...
 
     def list_actions(
@@ -250,12 +255,15 @@ class ControllerLedger(Protocol):
 
     def get_action(self, key: str) -> ActionRecord | None: ...
 
-    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+    def begin_action(
+        self, record: ActionRecord, fence: Fence | None = None, event: AuditEvent | None = None
+    ) -> bool:
         """Insert the action under its idempotency key; False when the key already exists.
 
         With ``fence`` (a lease holder's): ``FencedError`` unless ``fence`` is the lease's holder
         and token and the lease has not run out, checked in the transaction that records the
-        step; a step whose last try failed is then begun again (True), under this fence."""
+        step; a step whose last try failed is then begun again (True), under this fence.
+        ``event`` goes to the audit trail with the step (the store: in its transaction)."""
         ...
 
     def finish_action(
@@ -265,9 +273,11 @@ class ControllerLedger(Protocol):
         now: datetime,
         error: str | None = None,
         begun_by: tuple[str, int] | None = None,
+        event: AuditEvent | None = None,
     ) -> None:
-        """Record a step's outcome. With ``begun_by`` (holder, token): only of the try they began
-        and that is still started (``ConflictError`` otherwise)."""
+        """Record a step's outcome, and ``event`` with it (the store: in one transaction). With
+        ``begun_by`` (holder, token): only of the try they began and that is still started
+        (``ConflictError`` otherwise, and ``event`` is not recorded)."""
         ...
 
     def append_audit(self, event: AuditEvent) -> int:

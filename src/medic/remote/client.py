@@ -114,7 +114,9 @@ class MedicApiClient:
         except NotFoundError:
             return None
 
-    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
+    def begin_action(
+        self, record: ActionRecord, fence: Fence | None = None, event: AuditEvent | None = None
+    ) -> bool:
         body: dict[str, Any] = {
             "key": record.key,
             "cluster": record.cluster,
@@ -126,7 +128,10 @@ class MedicApiClient:
         if fence is not None:
             body["fence"] = {"lease": fence.lease, "holder": fence.holder, "token": fence.token}
         response = self._send("POST", "/actions", json=body)
-        return response.status_code == 201
+        begun = response.status_code == 201
+        if begun and event is not None:  # over HTTP: right after it, not in its transaction
+            self.append_audit(event)
+        return begun
 
     def finish_action(
         self,
@@ -135,12 +140,15 @@ class MedicApiClient:
         now: datetime,
         error: str | None = None,
         begun_by: tuple[str, int] | None = None,
+        event: AuditEvent | None = None,
     ) -> None:
         body: dict[str, Any] = {"status": status.value}
         body["error"] = None if error is None else error[:2000]
         if begun_by is not None:
             body["begun_by"] = {"holder": begun_by[0], "token": begun_by[1]}
         self._call("PUT", f"/actions/{_key(key)}", json=body)
+        if event is not None:
+            self.append_audit(event)
 
     # --- leases ----------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, now: datetime, ttl_seconds: float) -> Lease:

@@ -168,8 +168,10 @@ class SqlStore:
         )
 
     # --- scheduler actions -----------------------------------------------------------------
-    def begin_action(self, record: ActionRecord, fence: Fence | None = None) -> bool:
-        return sql_actions.begin_action(self._db, record, fence)
+    def begin_action(
+        self, record: ActionRecord, fence: Fence | None = None, event: AuditEvent | None = None
+    ) -> bool:
+        return sql_actions.begin_action(self._db, record, fence, event)
 
     def get_action(self, key: str) -> ActionRecord | None:
         return sql_actions.get_action(self._db, key)
@@ -181,8 +183,9 @@ class SqlStore:
         now: datetime,
         error: str | None = None,
         begun_by: tuple[str, int] | None = None,
+        event: AuditEvent | None = None,
     ) -> None:
-        sql_actions.finish_action(self._db, key, status, now, error, begun_by)
+        sql_actions.finish_action(self._db, key, status, now, error, begun_by, event)
 
     def list_actions(
         self, cluster: ClusterName | None = None, job_id: JobId | None = None

@@ -17,19 +17,27 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
+from medic.domain.audit import AuditEvent
 from medic.domain.ids import AdviceId, ClusterName, JobId, NodeName
 from medic.domain.leases import Fence
 from medic.errors import ConflictError, NotFoundError
 from medic.store.db import Database, DuplicateKeyError
+from medic.store.sql_audit import insert_audit
 from medic.store.sql_leases import check_fence
 from medic.store.tables import actions
 
 __all__ = ["begin_action", "finish_action", "get_action", "list_actions"]
 
 
-def begin_action(db: Database, record: ActionRecord, fence: Fence | None = None) -> bool:
+def begin_action(
+    db: Database,
+    record: ActionRecord,
+    fence: Fence | None = None,
+    event: AuditEvent | None = None,
+) -> bool:
     """Insert the step; False when its key exists. With ``fence``: refused (``FencedError``)
-    unless the fence is the lease's, and a step whose last try failed is begun again (True)."""
+    unless the fence is the lease's, and a step whose last try failed is begun again (True).
+    ``event`` is appended to the audit trail in the same transaction when the step is begun."""
     row = {
         "key": record.key,
         "cluster": record.cluster,
@@ -46,6 +54,12 @@ def begin_action(db: Database, record: ActionRecord, fence: Fence | None = None)
     }
 
     def work(conn: Connection) -> bool:
+        begun = _begin(conn)
+        if begun and event is not None:
+            insert_audit(conn, event)
+        return begun
+
+    def _begin(conn: Connection) -> bool:
         if fence is None:
             conn.execute(sa.insert(actions).values(row))
             return True
@@ -90,9 +104,11 @@ def finish_action(
     now: datetime,
     error: str | None,
     begun_by: tuple[str, int] | None = None,
+    event: AuditEvent | None = None,
 ) -> None:
-    """Record the outcome. With ``begun_by`` (holder, token): only of a try still started by
-    them (``ConflictError`` otherwise: another holder took the step over)."""
+    """Record the outcome, and append ``event`` in the same transaction. With ``begun_by``
+    (holder, token): only of a try still started by them (``ConflictError`` otherwise: another
+    holder took the step over; ``event`` is then not appended)."""
     stmt = (
         sa.update(actions)
         .where(actions.c.key == key)
@@ -104,7 +120,14 @@ def finish_action(
             actions.c.holder == begun_by[0],
             actions.c.token == begun_by[1],
         )
-    if db.write(lambda conn: conn.execute(stmt).rowcount) == 1:
+
+    def work(conn: Connection) -> int:
+        changed = int(conn.execute(stmt).rowcount)
+        if changed == 1 and event is not None:
+            insert_audit(conn, event)
+        return changed
+
+    if db.write(work) == 1:
         return
     found = get_action(db, key)
     if found is None:

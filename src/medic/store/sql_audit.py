@@ -21,10 +21,16 @@ from medic.errors import InputError
 from medic.store.db import Database
 from medic.store.tables import audit_events, cursors
 
-__all__ = ["append_audit", "get_cursor", "query_audit", "set_cursor"]
+__all__ = ["append_audit", "get_cursor", "insert_audit", "query_audit", "set_cursor"]
 
 
 def append_audit(db: Database, event: AuditEvent) -> int:
+    return db.write(lambda conn: insert_audit(conn, event))
+
+
+def insert_audit(conn: Connection, event: AuditEvent) -> int:
+    """Append ``event`` in the caller's transaction (a step and its audit event: both or
+    neither); its id."""
     row = {
         "time": event.time,
         "actor": event.actor,
@@ -38,13 +44,9 @@ def append_audit(db: Database, event: AuditEvent) -> int:
         "mode": None if event.mode is None else event.mode.value,
         "payload": event.payload,
     }
-
-    def work(conn: Connection) -> int:
-        key = conn.execute(sa.insert(audit_events).values(row)).inserted_primary_key
-        assert key is not None  # an INSERT into a table with an autoincrement key has one
-        return int(key[0])
-
-    return db.write(work)
+    key = conn.execute(sa.insert(audit_events).values(row)).inserted_primary_key
+    assert key is not None  # an INSERT into a table with an autoincrement key has one
+    return int(key[0])
 
 
 def query_audit(

@@ -604,3 +604,14 @@ def test_demo_headless_prints_one_json_summary(tmp_path: Path) -> None:
     assert summary["recovered"] + summary["stopped"] <= summary["faults_injected"]
     assert summary["detection_latency_p50_s"] is not None
     assert summary["detection_latency_p50_s"] >= 0
+
+
+def test_watchdog_once_runs_with_no_database_reachable(tmp_path: Path) -> None:
+    # No database at all: the watchdog reads the scheduler only (here the simulator, whose jobs
+    # medic never held, so there is nothing to release).
+    env = _subprocess_env(tmp_path, MEDIC_DATABASE_URL="postgresql+psycopg://nobody@127.0.0.1:1/x")
+    state = tmp_path / "dog"
+    proc = run_medic(["watchdog", "--once", "--mode", "act", "--state-dir", str(state)], env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "released 0 job(s): -"
+    assert not (tmp_path / "medic.db").exists()

@@ -12,6 +12,7 @@ import pytest
 
 from contract.test_store import T0, C, _race
 from medic.domain.actions import ActionKind, ActionRecord, ActionStatus
+from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.ids import AdviceId, JobId
 from medic.domain.leases import Fence
 from medic.errors import ConflictError, FencedError
@@ -126,3 +127,52 @@ def test_concurrent_takers_of_an_expired_lease_make_one_holder(store: SqlStore) 
 def _raw_url(store: SqlStore) -> str:
     """The store's URL with its password (the test databases have none)."""
     return store.url.replace(":***@", "@")
+
+
+def test_a_step_and_its_audit_event_are_recorded_together_or_not_at_all(store: SqlStore) -> None:
+    name = _name()
+    store.acquire_lease(name, "a", T0, TTL)
+    fence = Fence(name, "a", 1)
+
+    def event(key: str, kind: AuditKind) -> AuditEvent:
+        return AuditEvent(
+            time=T0,
+            actor="medic-controller",
+            kind=kind,
+            subject_type=SubjectType.JOB,
+            subject_id="7",
+            cluster=C,
+            payload={"key": key},
+        )
+
+    def trail(key: str) -> list[AuditKind]:
+        events = store.query_audit(cluster=C, job_id=JobId("7"), limit=10_000)
+        return [e.kind for e in events if e.payload.get("key") == key]
+
+    ok = _step("atomic/ok")
+    assert store.begin_action(ok, fence, event(ok.key, AuditKind.ACTION_STARTED))
+    store.finish_action(
+        ok.key,
+        ActionStatus.SUCCEEDED,
+        T0,
+        None,
+        ("a", 1),
+        event(ok.key, AuditKind.ACTION_SUCCEEDED),
+    )
+    assert trail(ok.key) == [AuditKind.ACTION_STARTED, AuditKind.ACTION_SUCCEEDED]
+
+    store.acquire_lease(name, "b", T0 + timedelta(seconds=TTL + 1), TTL)
+    refused = replace(_step("atomic/refused"), started_at=T0 + timedelta(seconds=TTL + 1))
+    with pytest.raises(FencedError):
+        store.begin_action(refused, fence, event(refused.key, AuditKind.ACTION_STARTED))
+    assert store.get_action(refused.key) is None and trail(refused.key) == []
+    with pytest.raises(ConflictError):  # a's try is over: neither its outcome nor its event
+        store.finish_action(
+            ok.key,
+            ActionStatus.FAILED,
+            T0,
+            "late",
+            ("b", 2),
+            event(ok.key, AuditKind.ACTION_FAILED),
+        )
+    assert trail(ok.key) == [AuditKind.ACTION_STARTED, AuditKind.ACTION_SUCCEEDED]

@@ -148,7 +148,8 @@ class Controller:
             first_effect = first_effect or done_at
         job = self._scheduler.get_job(advice.job_id)
         if all(s.is_done(job) or s.kind in issued for s in steps) and converged(advice, job):
-            self._unmark(advice, job)
+            if ActionKind.REQUEUE_HOLD in issued:  # medic held it, so medic marked it
+                self._unmark(advice, job)
             return self._report(
                 advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
             )
@@ -183,9 +184,11 @@ class Controller:
             logger.warning("job %s: cannot mark the hold for the watchdog: %s", job.id, exc)
 
     def _unmark(self, advice: Advice, job: Job) -> None:
-        """Take the hold mark of this advice off a job whose recovery converged."""
+        """Take the hold mark of this advice off a job whose recovery converged. Also when the
+        job as read shows none: that read can predate the mark (a snapshot), and writing the
+        comment back without a mark is harmless; another advice's mark is left alone."""
         mark = read_mark(job.admin_comment)
-        if mark is None or mark.advice_id != advice.id:
+        if mark is not None and mark.advice_id != advice.id:
             return
         try:
             self._scheduler.set_admin_comment(job.id, without_mark(job.admin_comment))

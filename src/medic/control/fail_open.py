@@ -12,7 +12,8 @@ looks at every job on each poll:
   released, and the mark taken off (act mode), or it only says it would (observe mode);
 * marked but no longer held by medic (released, running, ended): the recovery went on, and the
   mark is taken off once the job runs again (the controller takes it off when the recovery
-  converges; this covers a controller that died right after the release).
+  converges; this covers a controller that died right after the release). An ended job's mark
+  is left as it is.
 
 Every decision is appended, fsync'd, to the watchdog's own journal (a JSON-lines file), and
 logged; it needs no database or API to be reached.
@@ -75,7 +76,8 @@ class FailOpen:
     def _check(self, job: Job, mark: HoldMark) -> bool:
         now = self._clock.now()
         if not (job.held and job.restart_count > mark.attempt):
-            if job.state is JobState.RUNNING or job.state.is_terminal:
+            # An ended job is left alone (Slurm may refuse to update it; it leaves the listing).
+            if job.state is JobState.RUNNING:
                 self._scheduler.set_admin_comment(job.id, without_mark(job.admin_comment))
                 self._write(job, mark, now, "unmarked", "no longer held by medic")
             return False

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -25,7 +25,7 @@ from unittest import mock
 
 import medic.wiring as wiring
 from medic.config.loading import load_settings
-from medic.config.settings import Settings, SlurmSettings
+from medic.config.settings import Acting, Settings, SlurmSettings
 from medic.control.tasks import LoopThread
 from medic.dev.slurm import LocalSlurm, SlurmEnv
 from medic.domain.actions import ActionRecord, ActionStatus
@@ -52,6 +52,7 @@ __all__ = [
     "Trainer",
     "TrainingJob",
     "fields",
+    "is_mark",
     "medic_settings",
     "poll",
     "scontrol_job",
@@ -320,12 +321,26 @@ class RecordingRunner:
         return self.inner.run(argv, timeout=timeout)
 
     def mutating(self, job_id: str | None = None) -> list[tuple[str, ...]]:
-        """The commands that change something (not a read), for ``job_id`` when given."""
+        """The commands that change something (not a read, not a hold mark), for ``job_id``
+        when given."""
+        return [argv for argv in self._changes(job_id) if not is_mark(argv)]
+
+    def marks(self, job_id: str | None = None) -> list[tuple[str, ...]]:
+        """The ``scontrol update ... AdminComment=`` commands: medic's hold mark, put on before a
+        requeue-hold and taken off at convergence (``medic.domain.holds``)."""
+        return [argv for argv in self._changes(job_id) if is_mark(argv)]
+
+    def _changes(self, job_id: str | None) -> list[tuple[str, ...]]:
         with self._lock:
             found = [argv for _at, argv in self.commands if not _is_read(argv)]
         if job_id is None:
             return found
         return [argv for argv in found if job_id in argv or f"JobId={job_id}" in argv]
+
+
+def is_mark(argv: Sequence[str]) -> bool:
+    """An update of a job's admin comment: medic's hold mark, not a scheduling step."""
+    return any(word.startswith("AdminComment=") for word in argv)
 
 
 def _is_read(argv: tuple[str, ...]) -> bool:
@@ -340,12 +355,15 @@ class Medic:
     ``record``: every Slurm command medic runs goes through a :class:`RecordingRunner`
     (``self.runners``, one per runner the composition root makes).
     ``embedded_controller=False``: the engine publishes advice but carries none out (a remote
-    controller does); no setting offers that yet, so the loop's reconcile step is switched off.
+    controller does): ``controller.acting: remote``.
     """
 
     def __init__(
         self, settings: Settings, *, embedded_controller: bool = True, record: bool = False
     ) -> None:
+        if not embedded_controller:
+            remote = replace(settings.controller, acting=Acting.REMOTE)
+            settings = replace(settings, controller=remote)
         self.settings = settings
         self.record = record
         self.runners: list[RecordingRunner] = []
@@ -361,8 +379,6 @@ class Medic:
         else:
             self.services = build(settings)
         self.store = self.services.store
-        if not embedded_controller:
-            self.services.loop._reconcile = lambda: None  # type: ignore[method-assign]
         self.thread = LoopThread(self.services.loop)
         self._started = False
 
@@ -384,9 +400,15 @@ class Medic:
         self.services.close()
 
     def mutating(self, job_id: str | None = None) -> list[tuple[str, ...]]:
-        """The scheduler commands medic issued that change something (needs ``record``)."""
+        """The scheduler commands medic issued that change something, its hold marks left out
+        (needs ``record``)."""
         assert self.record, "built without record=True"
         return [argv for runner in self.runners for argv in runner.mutating(job_id)]
+
+    def marks(self, job_id: str | None = None) -> list[tuple[str, ...]]:
+        """medic's hold-mark updates (needs ``record``)."""
+        assert self.record, "built without record=True"
+        return [argv for runner in self.runners for argv in runner.marks(job_id)]
 
     # --- what the store holds for one job ---------------------------------------------------
     def job_state(self, job_id: str) -> str:

@@ -159,6 +159,10 @@ def assert_requeued(medic: Medic, job: TrainingJob, *, excluded: str | None) -> 
     kinds += [ActionKind.EXCLUDE_NODES] if excluded else []
     assert actions == dict.fromkeys(kinds, ActionStatus.SUCCEEDED)
     assert medic.mutating(job.job_id) == requeue_commands(job.job_id, excluded)
+    # the hold mark for ``medic watchdog``: put on right before the hold, taken off at the end
+    marks = [argv[-1] for argv in medic.marks(job.job_id)]
+    assert len(marks) == 2 and marks[0].startswith("AdminComment=[medic-hold advice="), marks
+    assert marks[1] == "AdminComment=", marks
     excluded_now = job.info().get("ExcNodeList", "(null)")
     assert excluded_now == (excluded or "(null)")
 
@@ -370,6 +374,8 @@ def ssh_commands(sshd: Sshd, job_id: str) -> list[str]:
     found = []
     for line in sshd.commands.read_text().splitlines():
         words = line.split()
+        if "AdminComment=" in line:
+            continue  # medic's hold mark, not a scheduling step
         for verb in ("requeuehold", "release", "update", "hold"):
             if f"scontrol {verb}" in line and (job_id in words or f"JobId={job_id}" in words):
                 found.append(verb)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from medic.control.exclusion_ledger import note_added
+from medic.control.hold_marks import mark_hold, unmark_hold
 from medic.control.leases import LeaseKeeper
 from medic.control.plans import Step, abandon_reason, converged, plan
 from medic.control.retries import StepRetries
@@ -27,7 +28,6 @@ from medic.domain.actions import ActionKind, ActionRecord, ActionStatus, idempot
 from medic.domain.advice import Advice, Reconciliation
 from medic.domain.audit import AuditEvent, AuditKind, SubjectType
 from medic.domain.cluster import Job
-from medic.domain.holds import HoldMark, read_mark, with_mark, without_mark
 from medic.domain.ids import NodeName
 from medic.domain.leases import Fence
 from medic.errors import (
@@ -149,7 +149,7 @@ class Controller:
         job = self._scheduler.get_job(advice.job_id)
         if all(s.is_done(job) or s.kind in issued for s in steps) and converged(advice, job):
             if ActionKind.REQUEUE_HOLD in issued:  # medic held it, so medic marked it
-                self._unmark(advice, job)
+                unmark_hold(self._scheduler, advice, job)
             return self._report(
                 advice, Outcome(Reconciliation.CONVERGED, "desired state observed", first_effect)
             )
@@ -161,7 +161,7 @@ class Controller:
         """The hooks run right before a step is issued (see the class docstring); before a
         requeue-hold, the job is marked for the fail-open watchdog (:mod:`medic.domain.holds`)."""
         if kind is ActionKind.REQUEUE_HOLD:
-            self._mark(advice, job)
+            mark_hold(self._scheduler, advice, job, self._clock.now())
         if kind is ActionKind.REQUEUE_HOLD and self._before_hold is not None:
             self._before_hold(advice, job)
         if kind is ActionKind.RELEASE and self._before_release is not None:
@@ -171,30 +171,6 @@ class Controller:
                 logger.warning("job %s: before release: %s", advice.job_id, exc)
 
     # ------------------------------------------------------------------ once, bounded
-    def _mark(self, advice: Advice, job: Job) -> None:
-        """Mark the job with what ``medic watchdog`` puts back should the recovery never converge.
-        A scheduler that refuses the mark for good (no right to set an admin comment) is logged
-        and the hold goes ahead: recovery matters more than this net under it."""
-        mark = HoldMark(
-            advice.id, advice.generation, advice.attempt, self._clock.now(), job.excluded_nodes
-        )
-        try:
-            self._scheduler.set_admin_comment(job.id, with_mark(job.admin_comment, mark))
-        except PermanentError as exc:
-            logger.warning("job %s: cannot mark the hold for the watchdog: %s", job.id, exc)
-
-    def _unmark(self, advice: Advice, job: Job) -> None:
-        """Take the hold mark of this advice off a job whose recovery converged. Also when the
-        job as read shows none: that read can predate the mark (a snapshot), and writing the
-        comment back without a mark is harmless; another advice's mark is left alone."""
-        mark = read_mark(job.admin_comment)
-        if mark is not None and mark.advice_id != advice.id:
-            return
-        try:
-            self._scheduler.set_admin_comment(job.id, without_mark(job.admin_comment))
-        except MedicError as exc:  # ``medic watchdog`` takes it off once the job runs
-            logger.warning("job %s: cannot take the hold mark off: %s", job.id, exc)
-
     def _records(self, advice: Advice, steps: list[Step]) -> dict[ActionKind, ActionRecord | None]:
         """The ledger's record of each step of this generation (one lookup a step): a step that
         succeeded is never issued again (a stale read must not requeue a job twice)."""
